@@ -1,0 +1,78 @@
+# Positional Encodings in Transformers: set-up, book, tests, benchmarks.
+#
+#   make book   create .venv, install everything, build the book into _build/html
+#   make test   create .venv and the system packages the tests need, run every test
+#
+# Each target does its own set-up; on a machine that is already set up the installs
+# are skipped (they are keyed on pyproject.toml and constraints.txt).
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+MATHJAX := _vendor/static/mathjax/es5/tex-mml-chtml.js
+SYSTEM_STAMP := _vendor/.system-packages
+# Debian packages the tests use: a real browser, a PostgreSQL server for the
+# gradebook test, bubblewrap for the grading sandbox.
+SYSTEM_PACKAGES := chromium postgresql bubblewrap
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: help setup book test test-fast lint bench release lab clean
+
+help:
+	@sed -n '2,8p' Makefile
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; this course needs Python 3.11 (set PYTHON=...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	@# Optional package that costs ~6 s at every jupyter/nbgrader start-up.
+	$(BIN)/python -m pip uninstall --quiet -y rfc3987-syntax || true
+	touch $(STAMP)
+
+$(MATHJAX):
+	@command -v npm >/dev/null || { echo "error: npm is needed once to fetch MathJax for offline reading"; exit 1; }
+	rm -rf _vendor/npm && mkdir -p _vendor/npm _vendor/static/mathjax
+	npm install --silent --no-audit --no-fund --prefix _vendor/npm mathjax@3
+	cp -r _vendor/npm/node_modules/mathjax/es5 _vendor/static/mathjax/
+	rm -rf _vendor/npm
+
+$(SYSTEM_STAMP):
+	@mkdir -p _vendor
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	touch $(SYSTEM_STAMP)
+
+setup: $(STAMP) $(MATHJAX)
+
+book: setup
+	$(BIN)/jupyter-book build . --builder html
+	@echo ""
+	@echo "The book is built. Open file://$(CURDIR)/_build/html/index.html"
+	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000"
+
+test: setup $(SYSTEM_STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check course_lib tests benchmarks
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+release: setup
+	$(BIN)/course release all
+
+lab: setup
+	$(BIN)/course lab
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache

@@ -1,0 +1,95 @@
+"""One place that raises the errors students and readers see for bad input.
+
+Every public function of ``course_lib`` validates its arguments through these
+helpers, so every message has the same form::
+
+    apply_rope: head_dim must be even, got x of shape (2, 4, 7)
+
+that is, the function's name, the argument, what was expected and what was received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = [
+    "describe",
+    "fail",
+    "require_even",
+    "require_float_tensor",
+    "require_int",
+    "require_ndim",
+    "require_positive_int",
+    "require_tensor",
+]
+
+
+def describe(x: object) -> str:
+    """A short description of a value for error messages (shape and dtype of tensors)."""
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return f"{x!r} ({type(x).__name__})"
+
+
+def fail(fn: str, message: str, exc: type[Exception] = ValueError) -> None:
+    """Raise ``exc`` with the message ``"<fn>: <message>"``."""
+    raise exc(f"{fn}: {message}")
+
+
+def require_int(fn: str, name: str, value: object, *, minimum: int | None = None) -> int:
+    """Check that ``value`` is a Python (or 0-d tensor) integer, at least ``minimum``."""
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        fail(fn, f"{name} must be an integer, got {describe(value)}", TypeError)
+    if minimum is not None and value < minimum:
+        fail(fn, f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def require_positive_int(fn: str, name: str, value: object) -> int:
+    """Check that ``value`` is an integer >= 1."""
+    return require_int(fn, name, value, minimum=1)
+
+
+def require_even(fn: str, name: str, value: int, *, context: str = "") -> int:
+    """Check that an integer is even; ``context`` says where it came from."""
+    if value % 2 != 0:
+        where = f", {context}" if context else ""
+        fail(fn, f"{name} must be even, got {value}{where}")
+    return value
+
+
+def require_tensor(fn: str, name: str, x: object) -> torch.Tensor:
+    """Check that ``x`` is a ``torch.Tensor``."""
+    if not isinstance(x, torch.Tensor):
+        fail(fn, f"{name} must be a torch.Tensor, got {describe(x)}", TypeError)
+    return x  # type: ignore[return-value]
+
+
+def require_float_tensor(fn: str, name: str, x: object) -> torch.Tensor:
+    """Check that ``x`` is a floating-point tensor (integer tensors cannot be rotated,
+    scaled or soft-maxed without silent truncation)."""
+    x = require_tensor(fn, name, x)
+    if not x.is_floating_point():
+        fail(
+            fn,
+            f"{name} must be a floating-point tensor, got {describe(x)}; "
+            f"convert it with {name}.float()",
+            TypeError,
+        )
+    return x
+
+
+def require_ndim(
+    fn: str, name: str, x: torch.Tensor, ndim: int | Sequence[int], layout: str = ""
+) -> torch.Tensor:
+    """Check the number of dimensions; ``layout`` names them, e.g. ``(batch, seq, dim)``."""
+    allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if x.ndim not in allowed:
+        want = " or ".join(str(n) for n in allowed)
+        named = f" {layout}" if layout else ""
+        fail(fn, f"{name} must have {want} dimensions{named}, got {describe(x)}")
+    return x
