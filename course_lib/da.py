@@ -1,0 +1,230 @@
+"""DA-Transformer: distance-aware attention (Wu, Wu and Huang, 2021).
+
+Each head rescales its (ReLU-rectified) attention scores by a learnable, bounded,
+monotone function of the token distance ``R_{ij} = |i - j|``:
+
+.. math::
+
+    \\hat R_{ij} = \\frac{1 + e^{v}}{1 + e^{v - w R_{ij}}}, \\qquad
+    A = \\mathrm{softmax}\\Big(\\frac{\\mathrm{ReLU}(Q K^\\top) \\odot \\hat R}
+    {\\sqrt{d}}\\Big), \\qquad \\mathrm{out} = A V.
+
+``w`` sets how fast the weight changes with distance (``w > 0`` favours long-range
+pairs, ``w < 0`` short-range ones) and ``v`` bounds it: ``hat R`` lies between 1 (at
+distance 0) and ``1 + e^v``. ReLU keeps the scores non-negative so that the rescaling
+moves them in a consistent direction.
+
+Reference: C. Wu, F. Wu, Y. Huang, "DA-Transformer: Distance-aware Transformer",
+NAACL 2021.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import (
+    describe,
+    fail,
+    require_float_tensor,
+    require_ndim,
+    require_positive_int,
+    require_tensor,
+)
+
+__all__ = ["DAAttention", "da_attention", "da_rescale"]
+
+
+def _as_float(fn: str, name: str, x: object, like: torch.Tensor | None) -> torch.Tensor:
+    if isinstance(x, bool) or not isinstance(x, int | float | torch.Tensor):
+        fail(fn, f"{name} must be a number or a tensor, got {describe(x)}", TypeError)
+    if isinstance(x, torch.Tensor) and (x.is_complex() or x.dtype == torch.bool):
+        fail(fn, f"{name} must be real, got {describe(x)}", TypeError)
+    dtype = like.dtype if like is not None else torch.get_default_dtype()
+    t = torch.as_tensor(x)
+    return t.to(t.dtype if t.is_floating_point() else dtype)
+
+
+def da_rescale(
+    distance: torch.Tensor | float,
+    w: torch.Tensor | float,
+    v: torch.Tensor | float,
+) -> torch.Tensor:
+    """DA-Transformer's distance weight ``(1 + e^v) / (1 + e^(v - w * distance))``.
+
+    .. math::
+
+        \\hat R = \\frac{1 + e^{v}}{1 + e^{v - wR}}
+        = \\exp\\big(\\mathrm{softplus}(v) - \\mathrm{softplus}(v - wR)\\big)
+
+    The softplus form is evaluated: it neither overflows for large ``v`` or ``-wR``
+    nor loses the ratio when both exponentials are huge.
+
+    Args:
+        distance: distances ``R >= 0`` (integer or float tensor, or a number).
+        w: slope ``w`` (tensor or number, broadcast with ``distance``).
+        v: bound ``v``; ``hat R`` tends to ``1 + e^v`` as ``wR -> +inf`` and to 0 as
+            ``wR -> -inf``.
+
+    Returns:
+        float tensor of the broadcast shape of ``distance``, ``w`` and ``v``.
+
+    Paper: Wu et al. 2021, eq. (6).
+
+    >>> da_rescale(torch.tensor([0, 1, 10]), 1.0, 0.0)
+    tensor([1.0000, 1.4621, 1.9999])
+    """
+    fn = "da_rescale"
+    w_t = _as_float(fn, "w", w, None)
+    v_t = _as_float(fn, "v", v, None)
+    like = w_t if w_t.is_floating_point() else None
+    d_t = _as_float(fn, "distance", distance, like)
+    try:
+        torch.broadcast_shapes(d_t.shape, w_t.shape, v_t.shape)
+    except RuntimeError:
+        fail(
+            fn,
+            f"distance, w and v must broadcast together, got distance "
+            f"{tuple(d_t.shape)}, w {tuple(w_t.shape)}, v {tuple(v_t.shape)}",
+        )
+    return torch.exp(F.softplus(v_t) - F.softplus(v_t - w_t * d_t))
+
+
+def da_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    v_bias: torch.Tensor,
+    *,
+    causal: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distance-aware attention: ReLU scores rescaled by :func:`da_rescale`.
+
+    .. math::
+
+        A_h = \\mathrm{softmax}\\Big(\\frac{\\mathrm{ReLU}(Q_h K_h^\\top) \\odot
+        \\hat R_h}{\\sqrt{d}}\\Big), \\quad \\hat R_h[i, j] =
+        \\frac{1 + e^{v_h}}{1 + e^{v_h - w_h |i' - j|}}, \\quad i' = i + L_k - L_q
+
+    Args:
+        q: ``(batch, heads, q_len, head_dim)`` queries (the last ``q_len`` positions).
+        k: ``(batch, heads, k_len, head_dim)`` keys.
+        v: ``(batch, heads, k_len, v_dim)`` values.
+        w: ``(heads,)`` distance slopes.
+        v_bias: ``(heads,)`` bounds (the paper's ``v``).
+        causal: mask keys after their query.
+
+    Returns:
+        ``(out, weights)``: ``(batch, heads, q_len, v_dim)`` and
+        ``(batch, heads, q_len, k_len)``.
+
+    Paper: Wu et al. 2021, eq. (5)-(7).
+    """
+    fn = "da_attention"
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        require_ndim(
+            fn,
+            name,
+            require_float_tensor(fn, name, x),
+            4,
+            "(batch, heads, seq, head_dim)",
+        )
+    batch, heads, q_len, dim = q.shape
+    k_len = k.shape[2]
+    if k.shape != (batch, heads, k_len, dim):
+        fail(
+            fn,
+            f"k must be (batch, heads, k_len, head_dim) = ({batch}, {heads}, "
+            f"k_len, {dim}) like q {tuple(q.shape)}, got {describe(k)}",
+        )
+    if v.shape[:3] != k.shape[:3]:
+        fail(
+            fn,
+            f"v must be (batch, heads, k_len, v_dim) with (batch, heads, k_len) = "
+            f"{tuple(k.shape[:3])} like k, got {describe(v)}",
+        )
+    if q_len == 0 or k_len < q_len:
+        fail(
+            fn,
+            f"need 1 <= q_len <= k_len (queries are the last q_len keys), "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}",
+        )
+    for name, p in (("w", w), ("v_bias", v_bias)):
+        require_ndim(
+            fn,
+            name,
+            require_float_tensor(fn, name, require_tensor(fn, name, p)),
+            1,
+            "(heads,)",
+        )
+        if p.shape[0] != heads:
+            fail(fn, f"{name} must have shape (heads,) = ({heads},), got {describe(p)}")
+    query_pos = torch.arange(q_len, device=q.device) + (k_len - q_len)  # (Lq,)
+    distance = (query_pos[:, None] - torch.arange(k_len, device=q.device)).abs()
+    r_hat = da_rescale(
+        distance.to(q.dtype), w[:, None, None], v_bias[:, None, None]
+    )  # (H, Lq, Lk)
+    scores = F.relu(q @ k.transpose(-2, -1)) * r_hat / math.sqrt(dim)  # (B, H, Lq, Lk)
+    if causal:
+        future = query_pos[:, None] < torch.arange(k_len, device=q.device)  # (Lq, Lk)
+        scores = scores.masked_fill(future, float("-inf"))
+    weights = scores.softmax(dim=-1)  # (B, H, Lq, Lk)
+    return weights @ v, weights
+
+
+class DAAttention(nn.Module):
+    """Multi-head distance-aware attention with learnable ``w`` and ``v`` per head.
+
+    Args:
+        d_model: model width, divisible by ``n_heads``.
+        n_heads: number of heads.
+        causal: mask keys after their query.
+        w_init: initial ``w`` for every head (0 starts as plain ReLU attention).
+        v_init: initial ``v`` for every head.
+
+    >>> layer = DAAttention(8, 2)
+    >>> layer(torch.zeros(2, 5, 8)).shape
+    torch.Size([2, 5, 8])
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        causal: bool = False,
+        w_init: float = 0.0,
+        v_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        fn = "DAAttention"
+        d_model = require_positive_int(fn, "d_model", d_model)
+        self.n_heads = require_positive_int(fn, "n_heads", n_heads)
+        if d_model % self.n_heads != 0:
+            fail(
+                fn,
+                f"d_model must be divisible by n_heads, got d_model={d_model} "
+                f"and n_heads={self.n_heads}",
+            )
+        self.head_dim = d_model // self.n_heads
+        self.causal = bool(causal)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.w = nn.Parameter(torch.full((self.n_heads,), float(w_init)))
+        self.v = nn.Parameter(torch.full((self.n_heads,), float(v_init)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (batch, seq, d_model)`` -> ``(batch, seq, d_model)``."""
+        fn = "DAAttention.forward"
+        require_ndim(
+            fn, "x", require_float_tensor(fn, "x", x), 3, "(batch, seq, d_model)"
+        )
+        batch, seq, _ = x.shape
+        qkv = self.qkv(x).view(batch, seq, 3, self.n_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, H, S, D)
+        z, _ = da_attention(q, k, v, self.w, self.v, causal=self.causal)
+        return self.out(z.transpose(1, 2).reshape(batch, seq, -1))  # (B, S, d_model)
