@@ -1,0 +1,458 @@
+r"""Rotary position embedding (RoPE): rotate queries and keys by their positions.
+
+Su et al. (2021) encode position :math:`m` by rotating each 2-D pair of a query or key
+vector by the angle :math:`m\theta_i`, with the frequencies
+
+.. math::
+
+    \theta_i = \text{base}^{-2i/d}, \qquad i = 0, \dots, d/2 - 1 .
+
+Because rotations compose, :math:`\langle R_m q, R_n k\rangle = \langle q,
+R_{n-m} k\rangle`: the attention score depends on the positions only through their
+difference, and no absolute position is added to the token stream.
+
+Two conventions pair the dimensions differently, and mixing them silently breaks a
+model:
+
+* ``"interleaved"`` pairs ``(2i, 2i+1)``: the paper, RoFormer, Meta's original LLaMA
+  code (complex multiplication), rotary-embedding-torch.
+* ``"half"`` ("rotate half") pairs ``(i, i + d/2)``: GPT-NeoX and Hugging Face Llama.
+
+Both use the same frequencies; they differ by a fixed permutation of the head
+dimensions (:func:`interleaved_to_half_permutation`), which is why a checkpoint can be
+converted by permuting the rows of :math:`W_Q` and :math:`W_K`
+(:func:`course_lib.conventions.rope_interleaved_to_half_weights`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validate import (
+    describe,
+    fail,
+    require_float_tensor,
+    require_positive_int,
+    require_tensor,
+)
+from .sinusoidal import _check_base
+
+__all__ = [
+    "RotaryEmbedding",
+    "apply_rope",
+    "apply_rope_complex",
+    "interleaved_to_half_permutation",
+    "rope_angles",
+    "rope_frequencies",
+]
+
+_CONVENTIONS = ("interleaved", "half")
+
+
+def _check_convention(fn: str, convention: object) -> str:
+    if convention not in _CONVENTIONS:
+        fail(
+            fn,
+            f"convention must be 'interleaved' (pairs (2i, 2i+1): RoFormer, Meta "
+            f"LLaMA) or 'half' (pairs (i, i+d/2): GPT-NeoX, HF Llama), "
+            f"got {convention!r}",
+        )
+    return convention  # type: ignore[return-value]
+
+
+def _check_head_dim(fn: str, head_dim: object, what: str = "head_dim") -> int:
+    head_dim = require_positive_int(fn, what, head_dim)
+    if head_dim % 2 != 0:
+        fail(
+            fn,
+            f"{what} must be even (RoPE rotates pairs of dimensions), "
+            f"got {what}={head_dim}",
+        )
+    return head_dim
+
+
+def rope_frequencies(
+    head_dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    r"""The RoPE rotation frequencies, one per pair of dimensions.
+
+    .. math::
+
+        \theta_i = \text{base}^{-2i/d}, \qquad i = 0, \dots, d/2 - 1
+
+    Args:
+        head_dim: the dimension :math:`d` of one head, even.
+        base: 10000 in the paper (larger bases, e.g. 500000 in Llama 3, slow the
+            rotations down).
+        dtype: floating dtype of the result (computed in float64, rounded once).
+
+    Returns:
+        Tensor of shape ``(head_dim // 2,)``, decreasing from 1.
+
+    Paper: Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+    2021, eq. (15).
+
+    Example:
+        >>> rope_frequencies(4)
+        tensor([1.0000, 0.0100])
+    """
+    fn = "rope_frequencies"
+    head_dim = _check_head_dim(fn, head_dim)
+    base = _check_base(fn, base)
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    return (base ** (-2.0 * i / head_dim)).to(dtype)  # (head_dim // 2,)
+
+
+def _check_positions(fn: str, positions: object, x: torch.Tensor) -> torch.Tensor:
+    """Integer positions with last dim ``seq`` that broadcast to ``x.shape[:-1]``."""
+    positions = require_tensor(fn, "positions", positions)
+    if (
+        positions.is_floating_point()
+        or positions.is_complex()
+        or (positions.dtype == torch.bool)
+    ):
+        fail(
+            fn,
+            f"positions must be an integer tensor (seq,), got {describe(positions)}",
+            TypeError,
+        )
+    lead = x.shape[:-1]
+    ok = positions.ndim >= 1 and positions.shape[-1] == x.shape[-2]
+    if ok:
+        try:
+            ok = torch.broadcast_shapes(positions.shape, lead) == lead
+        except RuntimeError:
+            ok = False
+    if not ok:
+        fail(
+            fn,
+            f"positions must have shape (seq,) = ({x.shape[-2]},) (or broadcast to "
+            f"{tuple(lead)}) for x of shape {tuple(x.shape)}, "
+            f"got {describe(positions)}",
+        )
+    return positions
+
+
+def rope_angles(
+    positions: torch.Tensor, head_dim: int, *, base: float = 10000.0
+) -> torch.Tensor:
+    r"""The rotation angles :math:`m\,\theta_i` for every position and pair.
+
+    Computed in float64: positions of tens of thousands times :math:`\theta_0 = 1`
+    would lose digits in float32.
+
+    Args:
+        positions: integer tensor ``(..., seq)``.
+        head_dim: head dimension (even).
+        base: frequency base.
+
+    Returns:
+        Float64 tensor ``(..., seq, head_dim // 2)``.
+
+    Example:
+        >>> rope_angles(torch.tensor([0, 2]), 4)
+        tensor([[0.0000, 0.0000],
+                [2.0000, 0.0200]], dtype=torch.float64)
+    """
+    theta = rope_frequencies(head_dim, base=base, dtype=torch.float64)
+    theta = theta.to(positions.device)
+    return positions.to(torch.float64)[..., None] * theta  # (..., seq, head_dim/2)
+
+
+def _rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str
+) -> torch.Tensor:
+    """Rotate the pairs of ``x`` (..., seq, d); cos and sin are (..., seq, d/2)."""
+    if convention == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., seq, d/2) each: pairs (2i, 2i+1)
+        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return out.flatten(-2)  # (..., seq, d)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]  # (..., seq, d/2) each: pairs (i, i+d/2)
+    return torch.cat(
+        (x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1
+    )  # (..., seq, d)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    base: float = 10000.0,
+    convention: str = "interleaved",
+) -> torch.Tensor:
+    r"""Rotate each pair of dimensions of ``x`` by its position times its frequency.
+
+    For pair :math:`(a, b)` of a vector at position :math:`m` with frequency
+    :math:`\theta_i`:
+
+    .. math::
+
+        \begin{pmatrix} a' \\ b' \end{pmatrix} =
+        \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\
+                         \sin m\theta_i & \cos m\theta_i \end{pmatrix}
+        \begin{pmatrix} a \\ b \end{pmatrix}
+
+    where the pair is ``(x[2i], x[2i+1])`` for ``convention="interleaved"`` and
+    ``(x[i], x[i + d/2])`` for ``convention="half"``.
+
+    The rotation is computed in float32 (float64 for float64 input) and the result has
+    the dtype of ``x``.
+
+    Args:
+        x: queries or keys ``(..., seq, head_dim)``, e.g. ``(batch, heads, seq, d)``.
+        positions: integer positions ``(seq,)``; default ``arange(seq)``. Use an offset
+            (``arange(t, t + seq)``) when decoding with a key/value cache. Any integer
+            shape whose last dimension is ``seq`` and which broadcasts to
+            ``x.shape[:-1]`` (e.g. ``(batch, 1, seq)``) is accepted too.
+        base: frequency base (10000 in the paper).
+        convention: ``"interleaved"`` or ``"half"``.
+
+    Returns:
+        Tensor of the same shape and dtype as ``x``.
+
+    Paper: Su et al., "RoFormer", 2021, eq. (34); rotate-half: Black et al.,
+    GPT-NeoX-20B, 2022.
+
+    Example:
+        >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # two positions, head_dim 2
+        >>> apply_rope(x)  # position 1 is rotated by 1 radian
+        tensor([[1.0000, 0.0000],
+                [0.5403, 0.8415]])
+    """
+    fn = "apply_rope"
+    x = require_float_tensor(fn, "x", x)
+    if x.ndim < 2:
+        fail(
+            fn,
+            f"x must have at least 2 dimensions (..., seq, head_dim), "
+            f"got {describe(x)}",
+        )
+    if x.shape[-1] % 2 != 0:
+        fail(
+            fn,
+            f"head_dim must be even (RoPE rotates pairs), got x of shape "
+            f"{tuple(x.shape)}",
+        )
+    convention = _check_convention(fn, convention)
+    base = _check_base(fn, base)
+    if positions is None:
+        positions = torch.arange(x.shape[-2], device=x.device)  # (seq,)
+    else:
+        positions = _check_positions(fn, positions, x)
+
+    angles = rope_angles(positions, x.shape[-1], base=base)  # (..., seq, d/2)
+    dt = _compute_dtype(x)
+    cos, sin = angles.cos().to(dt), angles.sin().to(dt)
+    return _rotate(x.to(dt), cos, sin, convention).to(x.dtype)
+
+
+def apply_rope_complex(
+    x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0
+) -> torch.Tensor:
+    r"""Interleaved RoPE as complex multiplication (Meta's LLaMA formulation).
+
+    Read the pair ``(x[2i], x[2i+1])`` as the complex number
+    :math:`z_i = x_{2i} + \mathrm{i}\, x_{2i+1}`; rotating by :math:`m\theta_i` is
+
+    .. math::
+
+        z_i' = z_i\, e^{\mathrm{i} m \theta_i}.
+
+    Equal to ``apply_rope(x, positions, base=base, convention="interleaved")``.
+
+    Args:
+        x: ``(..., seq, head_dim)`` float32 or float64 (other float dtypes are computed
+            in float32).
+        positions: as in :func:`apply_rope`.
+        base: frequency base.
+
+    Returns:
+        Tensor of the same shape and dtype as ``x``.
+
+    Paper: Su et al., "RoFormer", 2021, section 3.4.2 (complex form).
+
+    Example:
+        >>> x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(0))
+        >>> torch.allclose(apply_rope_complex(x), apply_rope(x), atol=1e-6)
+        True
+    """
+    fn = "apply_rope_complex"
+    x = require_float_tensor(fn, "x", x)
+    if x.ndim < 2 or x.shape[-1] % 2 != 0:
+        fail(
+            fn,
+            f"x must be (..., seq, head_dim) with an even head_dim, got {describe(x)}",
+        )
+    base = _check_base(fn, base)
+    if positions is None:
+        positions = torch.arange(x.shape[-2], device=x.device)  # (seq,)
+    else:
+        positions = _check_positions(fn, positions, x)
+    dt = _compute_dtype(x)
+    angles = rope_angles(positions, x.shape[-1], base=base)  # (..., seq, d/2)
+    rot = torch.polar(torch.ones_like(angles), angles).to(
+        torch.complex128 if dt == torch.float64 else torch.complex64
+    )  # (..., seq, d/2) complex
+    z = torch.view_as_complex(
+        x.to(dt).reshape(*x.shape[:-1], -1, 2).contiguous()
+    )  # (..., seq, d/2) complex
+    return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)  # (..., seq, d)
+
+
+def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
+    r"""The permutation that turns the interleaved pairing into the rotate-half pairing.
+
+    ``P = [0, 2, 4, ..., d-2, 1, 3, ..., d-1]`` (evens, then odds) moves pair
+    ``(2i, 2i+1)`` to ``(i, i + d/2)``, so that
+
+    .. math::
+
+        \operatorname{rope}_\text{half}(x_P) = \operatorname{rope}_\text{int}(x)_P.
+
+    Applied per head to the output rows of :math:`W_Q` and :math:`W_K` it converts an
+    interleaved checkpoint into a rotate-half one (scores unchanged, because
+    :math:`q_P \cdot k_P = q \cdot k`). Its inverse is ``torch.argsort(P)``.
+
+    Args:
+        head_dim: even head dimension.
+
+    Returns:
+        Long tensor of shape ``(head_dim,)``.
+
+    Example:
+        >>> interleaved_to_half_permutation(6)
+        tensor([0, 2, 4, 1, 3, 5])
+    """
+    head_dim = _check_head_dim("interleaved_to_half_permutation", head_dim)
+    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+
+
+class RotaryEmbedding(nn.Module):
+    r"""RoPE as a module: cached cos/sin tables, optional partial rotation.
+
+    .. math::
+
+        \operatorname{rope}(x)_{m} = R_{m\Theta}\, x_m \text{ on the first }
+        \texttt{rotary\_dim} \text{ features; the rest pass through unchanged}
+
+    The cos/sin tables for positions ``0 .. max_seq_len-1`` are computed once (float64,
+    kept in float64) and grow, by doubling, when a larger
+    position is requested. ``forward`` looks them up and applies the same rotation as
+    :func:`apply_rope` (tested equal).
+
+    Args:
+        head_dim: dimension of one head.
+        rotary_dim: number of leading features to rotate (even, at most ``head_dim``;
+            default ``head_dim``). GPT-NeoX and GPT-J rotate only a fraction.
+        base: frequency base.
+        convention: ``"interleaved"`` or ``"half"`` (pairs within the rotated part).
+        max_seq_len: positions cached at construction.
+
+    Shapes: ``forward(x, positions=None)``: ``x`` ``(..., seq, head_dim)``,
+    ``positions`` integer ``(seq,)`` (default ``arange(seq)``); returns the shape and
+    dtype of ``x``.
+
+    Paper: Su et al., "RoFormer", 2021; partial rotary: Black et al., GPT-NeoX-20B,
+    2022.
+
+    Example:
+        >>> rope = RotaryEmbedding(8)
+        >>> x = torch.randn(1, 2, 5, 8, generator=torch.Generator().manual_seed(0))
+        >>> torch.allclose(rope(x), apply_rope(x))
+        True
+    """
+
+    cos_cached: torch.Tensor
+    sin_cached: torch.Tensor
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        rotary_dim: int | None = None,
+        base: float = 10000.0,
+        convention: str = "interleaved",
+        max_seq_len: int = 2048,
+    ) -> None:
+        super().__init__()
+        fn = "RotaryEmbedding"
+        self.head_dim = require_positive_int(fn, "head_dim", head_dim)
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        self.rotary_dim = _check_head_dim(fn, rotary_dim, "rotary_dim")
+        if self.rotary_dim > self.head_dim:
+            fail(
+                fn,
+                f"rotary_dim must be at most head_dim={head_dim}, "
+                f"got rotary_dim={rotary_dim}",
+            )
+        self.base = _check_base(fn, base)
+        self.convention = _check_convention(fn, convention)
+        max_seq_len = require_positive_int(fn, "max_seq_len", max_seq_len)
+        cos, sin = self._tables(max_seq_len, torch.device("cpu"))
+        self.register_buffer("cos_cached", cos, persistent=False)
+        self.register_buffer("sin_cached", sin, persistent=False)
+
+    def _tables(
+        self, n: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = rope_angles(
+            torch.arange(n, device=device), self.rotary_dim, base=self.base
+        )  # (n, rotary_dim/2) float64
+        return angles.cos(), angles.sin()
+
+    @property
+    def cached_len(self) -> int:
+        """Number of positions currently in the cos/sin cache."""
+        return self.cos_cached.shape[0]
+
+    def _grow(self, n: int) -> None:
+        if n > self.cached_len:
+            new_len = max(n, 2 * self.cached_len)
+            self.cos_cached, self.sin_cached = self._tables(
+                new_len, self.cos_cached.device
+            )
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        fn = "RotaryEmbedding.forward"
+        x = require_float_tensor(fn, "x", x)
+        if x.ndim < 2 or x.shape[-1] != self.head_dim:
+            fail(
+                fn,
+                f"x must be (..., seq, head_dim) with head_dim={self.head_dim}, "
+                f"got {describe(x)}",
+            )
+        if positions is None:
+            positions = torch.arange(x.shape[-2], device=x.device)  # (seq,)
+        else:
+            positions = _check_positions(fn, positions, x)
+            if positions.numel() and int(positions.min()) < 0:
+                fail(
+                    fn,
+                    f"positions must be non-negative to index the cache, "
+                    f"got minimum {int(positions.min())}",
+                )
+        if positions.numel():
+            self._grow(int(positions.max()) + 1)
+        dt = _compute_dtype(x)
+        idx = positions.long().to(self.cos_cached.device)
+        cos = self.cos_cached[idx].to(device=x.device, dtype=dt)  # (..., seq, r/2)
+        sin = self.sin_cached[idx].to(device=x.device, dtype=dt)  # (..., seq, r/2)
+        r = self.rotary_dim
+        rotated = _rotate(x[..., :r].to(dt), cos, sin, self.convention)  # (..., seq, r)
+        out = torch.cat((rotated, x[..., r:].to(dt)), dim=-1)  # (..., seq, head_dim)
+        return out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
+            f"base={self.base}, convention={self.convention!r}, "
+            f"cached_len={self.cached_len}"
+        )
