@@ -1,0 +1,178 @@
+"""ALiBi: slopes by the paper's rule, the bias, the cached module, KV-cache decoding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib import ALiBi, alibi_attention, alibi_bias, alibi_slopes
+
+
+def paper_slopes(n: int) -> list[float]:
+    """Test oracle written from the paper's description (section 3 and footnote).
+
+    For a power of two ``n`` the sequence starts at ``2^(-8/n)`` and that is also the
+    ratio. Otherwise take the ``c = 2^floor(log2 n)`` slopes, then every other slope of
+    the ``2c``-head sequence (recursively), keeping ``n - c`` of them.
+    """
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][: n - closest]
+
+
+@pytest.mark.parametrize("n", range(1, 129))
+def test_slopes_follow_recursive_rule(n: int) -> None:
+    got = alibi_slopes(n)
+    assert got.shape == (n,) and got.dtype == torch.float32
+    want = torch.tensor(paper_slopes(n), dtype=torch.float64)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
+
+
+def test_slopes_twelve_heads_as_stated() -> None:
+    exponents = [1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5]
+    want = torch.tensor([2.0**-e for e in exponents])
+    assert torch.equal(alibi_slopes(12), want)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32, 64])
+def test_power_of_two_slopes_are_geometric_from_2_to_minus_8(n: int) -> None:
+    s = alibi_slopes(n).double()
+    torch.testing.assert_close(s[0], torch.tensor(2.0 ** (-8 / n), dtype=torch.float64))
+    torch.testing.assert_close(s[-1], torch.tensor(2.0**-8, dtype=torch.float64))
+    ratio = s[1:] / s[:-1]
+    torch.testing.assert_close(ratio, torch.full_like(ratio, 2.0 ** (-8 / n)))
+
+
+def test_slopes_are_distinct_and_in_unit_interval() -> None:
+    for n in (3, 5, 6, 7, 12, 20, 24, 40, 96, 100):
+        s = alibi_slopes(n)
+        assert (s > 0).all() and (s < 1).all()
+        assert len(set(s.tolist())) == n
+
+
+def test_not_power_of_two_only_rule() -> None:
+    """The common mistake 2^(-8h/n) for every n gives different slopes for 12 heads."""
+    wrong = torch.tensor([2 ** (-8 * h / 12) for h in range(1, 13)])
+    assert not torch.allclose(alibi_slopes(12), wrong)
+
+
+@pytest.mark.parametrize(
+    "n_heads,q_len,k_len", [(1, 1, 1), (3, 4, 4), (5, 2, 7), (8, 6, 9)]
+)
+def test_bias_equals_loop(n_heads: int, q_len: int, k_len: int) -> None:
+    slopes = paper_slopes(n_heads)
+    got = alibi_bias(n_heads, q_len, k_len)
+    assert got.shape == (n_heads, q_len, k_len)
+    want = torch.empty(n_heads, q_len, k_len, dtype=torch.float64)
+    for h in range(n_heads):
+        for i in range(q_len):
+            absolute = i + k_len - q_len
+            for j in range(k_len):
+                want[h, i, j] = -slopes[h] * abs(absolute - j)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_bias_default_square_and_symmetric() -> None:
+    b = alibi_bias(6, 5)
+    assert b.shape == (6, 5, 5)
+    assert torch.equal(b, b.transpose(1, 2))
+    assert torch.equal(b.diagonal(dim1=1, dim2=2), torch.zeros(6, 5))
+    assert not torch.signbit(b.diagonal(dim1=1, dim2=2)).any()  # +0, not -0
+
+
+def test_causal_bias_is_minus_inf_exactly_after_query() -> None:
+    q_len, k_len = 3, 7
+    b = alibi_bias(4, q_len, k_len, causal=True)
+    plain = alibi_bias(4, q_len, k_len)
+    for i in range(q_len):
+        for j in range(k_len):
+            if j > i + k_len - q_len:
+                assert torch.isneginf(b[:, i, j]).all()
+            else:
+                assert torch.equal(b[:, i, j], plain[:, i, j])
+
+
+def _reference_attention(q, k, v, bias):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_attention_matches_manual_softmax(
+    gen: torch.Generator, causal: bool
+) -> None:
+    q = torch.randn(2, 5, 6, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 5, 9, 8, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 5, 9, 3, generator=gen, dtype=torch.float64)
+    got = alibi_attention(q, k, v, causal=causal)
+    want = _reference_attention(q, k, v, alibi_bias(5, 6, 9, causal=causal).double())
+    assert got.shape == (2, 5, 6, 3)
+    torch.testing.assert_close(got, want)
+
+
+def test_kv_cache_decoding_equals_full_forward(gen: torch.Generator) -> None:
+    heads, seq, dim = 6, 10, 8
+    q = torch.randn(2, heads, seq, dim, generator=gen)
+    k = torch.randn(2, heads, seq, dim, generator=gen)
+    v = torch.randn(2, heads, seq, dim, generator=gen)
+    full = alibi_attention(q, k, v, causal=True)
+    steps = [
+        alibi_attention(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1])
+        for t in range(seq)
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=2), full, atol=1e-6, rtol=1e-5)
+    # a prefill of 4 tokens then a chunk of 3 with 4 cached keys
+    chunk = alibi_attention(q[:, :, 4:7], k[:, :, :7], v[:, :, :7])
+    torch.testing.assert_close(chunk, full[:, :, 4:7], atol=1e-6, rtol=1e-5)
+
+
+def test_kv_cache_needs_queries_last(gen: torch.Generator) -> None:
+    """Putting the single query at position 0 instead of last changes the output."""
+    heads, seq, dim = 4, 6, 8
+    q = torch.randn(1, heads, seq, dim, generator=gen)
+    k = torch.randn(1, heads, seq, dim, generator=gen)
+    v = torch.randn(1, heads, seq, dim, generator=gen)
+    full = alibi_attention(q, k, v, causal=True)
+    wrong_bias = alibi_bias(heads, seq)[:, :1, :]  # query treated as position 0
+    wrong = _reference_attention(q[:, :, -1:], k, v, wrong_bias)
+    assert (wrong - full[:, :, -1:]).abs().max() > 1e-3
+
+
+def test_module_returns_4d_cached_slices() -> None:
+    alibi = ALiBi(5, causal=True)
+    first = alibi(3, 8)
+    assert first.shape == (1, 5, 3, 8)
+    assert torch.equal(first[0], alibi_bias(5, 3, 8, causal=True))
+    assert alibi.bias.shape == (1, 5, 8, 8)
+    again = alibi(2, 6)  # shorter: sliced from the cache, not recomputed
+    shared = again.untyped_storage().data_ptr()
+    assert shared == alibi.bias.untyped_storage().data_ptr()
+    assert alibi.bias.shape == (1, 5, 8, 8)
+    assert torch.equal(again[0], alibi_bias(5, 2, 6, causal=True))
+    longer = alibi(4, 12)
+    assert alibi.bias.shape == (1, 5, 12, 12)
+    assert torch.equal(longer[0], alibi_bias(5, 4, 12, causal=True))
+    assert torch.equal(ALiBi(3)(4)[0], alibi_bias(3, 4))
+
+
+def test_module_bias_is_not_saved_in_state_dict() -> None:
+    alibi = ALiBi(4)
+    alibi(5)
+    assert "bias" not in alibi.state_dict()
+
+
+def test_module_bias_works_as_sdpa_mask(gen: torch.Generator) -> None:
+    q = torch.randn(2, 4, 5, 8, generator=gen)
+    k = torch.randn(2, 4, 5, 8, generator=gen)
+    v = torch.randn(2, 4, 5, 8, generator=gen)
+    mask = ALiBi(4, causal=True)(5)
+    got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(got, alibi_attention(q, k, v, causal=True))
