@@ -1,0 +1,825 @@
+r"""Every figure of the book, deterministic, as matplotlib Figures.
+
+Each function computes its data with ``course_lib`` (never a private copy of an
+algorithm), draws it on a fresh :class:`matplotlib.figure.Figure` and returns the
+figure. No pyplot state is touched, nothing is shown or saved: the book displays the
+returned figure, the tests inspect its axes, and a reader can call
+``fig.savefig("name.png")``. Randomness (example embeddings and weights) comes from an
+explicit seed, so every call draws the same picture.
+
+Figures are sized for a narrow page (about 6.5 x 3 inches) with 9-point text, so they
+stay readable when the browser window is small.
+
+The file is organised in sections, one per group of chapters; new figures are added
+as a new section at the end, each section extending ``__all__``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import matplotlib
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from ._validate import fail, require_int, require_positive_int
+
+__all__ = [
+    "plot_alibi_bias",
+    "plot_attention_permutation",
+    "plot_da_rescale",
+    "plot_dot_product_vs_distance",
+    "plot_encoding_heatmap",
+    "plot_offset_rotation",
+    "plot_position_ids",
+    "plot_rel_shift_steps",
+    "plot_rope_decay",
+    "plot_rope_pairing",
+    "plot_rope_relative",
+    "plot_t5_buckets",
+    "plot_wavelengths",
+]
+
+# Small, consistent text: the figures must read well at about 650 px wide.
+_RC = {
+    "font.size": 9,
+    "axes.titlesize": 9.5,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "figure.dpi": 110,
+    "savefig.dpi": 110,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+_DIVERGING = "RdBu_r"
+_F = TypeVar("_F", bound=Callable[..., Figure])
+
+
+def _styled(fn: _F) -> _F:
+    """Draw ``fn``'s figure under the book's style (restored afterwards)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(_RC):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _annotate_cells(ax, values: np.ndarray, fmt: str = "{:.2f}", size: float = 7):
+    """Write each entry of a small matrix into its heatmap cell."""
+    finite = values[np.isfinite(values)]
+    mid = (finite.max() + finite.min()) / 2 if finite.size else 0.0
+    for (r, c), val in np.ndenumerate(values):
+        text = fmt.format(val) if np.isfinite(val) else ("-inf" if val < 0 else "inf")
+        dark = np.isfinite(val) and val > mid
+        ax.text(c, r, text, ha="center", va="center", fontsize=size,
+                color="white" if dark else "black")
+
+
+# --------------------------------------------------------------------------------------
+# Chapters 1-4: permutation equivariance, sinusoids, the rotation, RoPE
+# --------------------------------------------------------------------------------------
+
+
+@_styled
+def plot_attention_permutation(
+    tokens: Sequence[str] = ("the", "cat", "chased", "the", "dog"),
+    perm: Sequence[int] = (0, 4, 2, 3, 1),
+    *,
+    d_model: int = 8,
+    seed: int = 0,
+) -> Figure:
+    r"""Attention weights of a sentence and of its permutation, without positions.
+
+    Every distinct word gets a random embedding (the same word, the same vector);
+    one head of :func:`~course_lib.attention.scaled_dot_product_attention` with random
+    projections computes :math:`A(X)` and :math:`A(PX)`. The third panel undoes the
+    permutation, :math:`P^\top A(PX) P`, and shows it equals :math:`A(X)`: the
+    weights moved with the tokens and nothing else changed.
+
+    Args:
+        tokens: the words of the first sentence.
+        perm: a permutation of ``range(len(tokens))``; the second sentence is
+            ``[tokens[perm[i]] for i in ...]`` (the default turns "the cat chased the
+            dog" into "the dog chased the cat").
+        d_model: embedding width.
+        seed: seed of the embeddings and projections.
+
+    Returns:
+        Figure with three heatmap axes (each ``(seq, seq)``) and a colorbar.
+    """
+    from .attention import permutation_matrix, scaled_dot_product_attention
+
+    fn = "plot_attention_permutation"
+    d_model = require_positive_int(fn, "d_model", d_model)
+    tokens = list(tokens)
+    if len(perm) != len(tokens):
+        fail(fn, f"perm must have one entry per token ({len(tokens)}), "
+             f"got {list(perm)}")
+    p = permutation_matrix(list(perm))  # (n, n)
+    g = torch.Generator().manual_seed(seed)
+    vocab = sorted(set(tokens))
+    table = torch.randn(len(vocab), d_model, generator=g)  # (V, d)
+    w_q, w_k = torch.randn(2, d_model, d_model, generator=g) / math.sqrt(d_model)
+    x = table[[vocab.index(t) for t in tokens]]  # (n, d)
+
+    def weights(z: torch.Tensor) -> torch.Tensor:
+        return scaled_dot_product_attention(z @ w_q, z @ w_k, z)[1]  # (n, n)
+
+    a = weights(x)
+    a_perm = weights(p @ x)
+    a_back = p.T @ a_perm @ p
+    permuted = [tokens[i] for i in perm]
+
+    fig = _figure(8.4, 3.1)
+    axes = fig.subplots(1, 3)
+    panels = (
+        (a, tokens, "sentence 1: $A(X)$"),
+        (a_perm, permuted, "sentence 2: $A(PX)$"),
+        (a_back, tokens, "sentence 2 put back: $P^\\top A(PX)\\,P$"),
+    )
+    for ax, (w, labels, title) in zip(axes, panels, strict=True):
+        im = ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+        _annotate_cells(ax, w.numpy())
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        ax.set_title(title)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+    return fig
+
+
+@_styled
+def plot_encoding_heatmap(
+    max_len: int = 64,
+    d_model: int = 64,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+) -> Figure:
+    r"""The sinusoidal table :math:`PE` as a heatmap: positions down, dimensions across.
+
+    Args:
+        max_len: number of positions shown.
+        d_model: encoding width.
+        base: frequency base.
+        layout: ``"interleaved"`` or ``"concat"``, see
+            :func:`~course_lib.sinusoidal.sinusoidal_encoding`.
+
+    Returns:
+        Figure whose first axes holds one image equal to
+        ``sinusoidal_encoding(max_len, d_model, base=base, layout=layout)``.
+    """
+    from .sinusoidal import sinusoidal_encoding
+
+    pe = sinusoidal_encoding(max_len, d_model, base=base, layout=layout)
+    fig = _figure(6.4, 3.6)
+    ax = fig.subplots()
+    im = ax.imshow(pe.numpy(), cmap=_DIVERGING, vmin=-1, vmax=1, aspect="auto",
+                   interpolation="nearest")
+    ax.set_xlabel("dimension of the encoding")
+    ax.set_ylabel("position $p$")
+    what = ("sin in even, cos in odd columns" if layout == "interleaved"
+            else "all sines, then all cosines")
+    ax.set_title(f"Sinusoidal encoding, $d_{{model}}={d_model}$ ({what})")
+    fig.colorbar(im, ax=ax, label="$PE_{p,j}$")
+    return fig
+
+
+@_styled
+def plot_wavelengths(
+    d_model: int = 128,
+    *,
+    base: float = 10000.0,
+    max_len: int = 100,
+    columns: Sequence[int] = (0, 2, 10, 30),
+) -> Figure:
+    r"""A few columns of :math:`PE` over positions, and the wavelength of every pair.
+
+    Pair :math:`i` (columns :math:`2i, 2i+1`) turns at :math:`\omega_i =
+    \text{base}^{-2i/d}` radians per position, so its wavelength is
+    :math:`\lambda_i = 2\pi\,\text{base}^{2i/d}`: a geometric ladder from
+    :math:`2\pi` towards (never reaching) :math:`2\pi \cdot \text{base}`.
+
+    Args:
+        d_model: encoding width.
+        base: frequency base.
+        max_len: positions in the left panel.
+        columns: columns of the table drawn in the left panel.
+
+    Returns:
+        Figure with two axes: the columns over positions (one line per column, data
+        from :func:`~course_lib.sinusoidal.sinusoidal_encoding`) and the wavelengths
+        :math:`\lambda_i` against :math:`i` on a log scale (one line, ``d_model // 2``
+        points, from the encoding's frequencies).
+    """
+    from .rope import rope_frequencies
+    from .sinusoidal import sinusoidal_encoding
+
+    pe = sinusoidal_encoding(max_len, d_model, base=base)
+    omega = rope_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
+    wavelength = (2 * math.pi / omega).numpy()
+
+    fig = _figure(8.0, 3.0)
+    left, right = fig.subplots(1, 2, width_ratios=(1.25, 1))
+    for c in columns:
+        kind = "sin" if c % 2 == 0 else "cos"
+        left.plot(pe[:, c].numpy(), label=f"column {c} ({kind}, pair {c // 2})", lw=1.3)
+    left.set_xlabel("position $p$")
+    left.set_ylabel("$PE_{p,j}$")
+    left.set_title("Columns of the table over positions")
+    left.legend(loc="lower left", ncols=2, framealpha=0.9)
+    left.set_ylim(-1.6, 1.15)
+
+    i = np.arange(d_model // 2)
+    right.plot(i, wavelength, ".-", ms=3, lw=1, label=r"$\lambda_i = 2\pi\,b^{2i/d}$")
+    right.axhline(2 * math.pi, color="gray", ls=":", lw=1)
+    right.axhline(2 * math.pi * base, color="gray", ls="--", lw=1)
+    right.text(0, 2 * math.pi * 1.4, r"$2\pi$", color="gray")
+    right.text(0, 2 * math.pi * base * 1.4, rf"$2\pi\cdot{base:g}$", color="gray")
+    right.set_yscale("log")
+    right.set_ylim(2, 2 * math.pi * base * 8)
+    right.set_xlabel("pair index $i$")
+    right.set_ylabel("wavelength (positions)")
+    right.set_title("Wavelength of each pair")
+    right.legend(loc="lower right")
+    return fig
+
+
+@_styled
+def plot_dot_product_vs_distance(
+    max_len: int = 128,
+    d_model: int = 64,
+    *,
+    base: float = 10000.0,
+    anchors: Sequence[int] = (0, 32, 64),
+) -> Figure:
+    r"""Dot products of sinusoidal encodings depend only on the offset.
+
+    Left: the Gram matrix :math:`PE\,PE^\top`, constant along every diagonal.
+    Right: :math:`PE_p \cdot PE_{p+k}` against :math:`k` for several anchors
+    :math:`p`; the curves lie on top of each other and of
+    :math:`\sum_i \cos(k\omega_i)`, symmetric in :math:`k`.
+
+    Args:
+        max_len: number of positions.
+        d_model: encoding width.
+        base: frequency base.
+        anchors: the positions :math:`p` of the right panel (each ``< max_len``).
+
+    Returns:
+        Figure with two axes: the Gram matrix image ``(max_len, max_len)``, and one
+        line per anchor (x = offsets ``-p .. max_len-1-p``, y = dot products).
+    """
+    from .sinusoidal import sinusoidal_encoding
+
+    fn = "plot_dot_product_vs_distance"
+    for p in anchors:
+        require_int(fn, "anchors[...]", p, minimum=0)
+        if p >= max_len:
+            fail(fn, f"anchors must be < max_len={max_len}, got {list(anchors)}")
+    pe = sinusoidal_encoding(max_len, d_model, base=base).double()
+    gram = (pe @ pe.T).numpy()  # (L, L)
+
+    fig = _figure(8.0, 3.2)
+    left, right = fig.subplots(1, 2)
+    im = left.imshow(gram, cmap=_DIVERGING, vmin=-d_model / 2, vmax=d_model / 2,
+                     interpolation="nearest")
+    left.set_xlabel("position $q$")
+    left.set_ylabel("position $p$")
+    left.set_title(r"$PE_p \cdot PE_q$ (constant along diagonals)")
+    fig.colorbar(im, ax=left, shrink=0.85)
+
+    styles = ("-", "--", ":", "-.")
+    for n, p in enumerate(anchors):
+        offsets = np.arange(-p, max_len - p)
+        right.plot(offsets, gram[p, p + offsets], styles[n % len(styles)], lw=1.4,
+                   label=f"$p = {p}$")
+    right.set_xlabel("offset $k$")
+    right.set_ylabel(r"$PE_p \cdot PE_{p+k}$")
+    right.set_title("Same curve from every anchor $p$")
+    right.axhline(0, color="gray", lw=0.6)
+    right.legend(loc="upper right")
+    return fig
+
+
+@_styled
+def plot_position_ids(lengths: Sequence[int] = (5, 3, 2), seq_len: int = 6) -> Figure:
+    """Position ids of a padded batch, right padding and left padding side by side.
+
+    The ids come from :func:`~course_lib.sinusoidal.position_ids_from_attention_mask`:
+    real tokens count 0, 1, 2, ... wherever the padding is, and padding gets 0.
+
+    Args:
+        lengths: number of real tokens in each sequence of the batch.
+        seq_len: padded length (at least ``max(lengths)``).
+
+    Returns:
+        Figure with two axes (right padding, left padding); each image is the mask
+        ``(batch, seq_len)`` and each cell is labelled with its position id.
+    """
+    from .sinusoidal import position_ids_from_attention_mask
+
+    fn = "plot_position_ids"
+    seq_len = require_positive_int(fn, "seq_len", seq_len)
+    lengths = [require_int(fn, "lengths[...]", n, minimum=0) for n in lengths]
+    if not lengths or max(lengths) > seq_len:
+        fail(fn, f"lengths must be non-empty and at most seq_len={seq_len}, "
+             f"got {lengths}")
+    t = torch.arange(seq_len)
+    n = torch.tensor(lengths)[:, None]  # (batch, 1)
+    masks = {"right padding": t < n, "left padding": t >= seq_len - n}
+
+    fig = _figure(7.2, 0.9 + 0.45 * len(lengths))
+    axes = fig.subplots(1, 2)
+    for ax, (title, mask) in zip(axes, masks.items(), strict=True):
+        ids = position_ids_from_attention_mask(mask)  # (batch, seq_len)
+        ax.imshow(mask.numpy(), cmap="Greens", vmin=-0.6, vmax=1.6,
+                  interpolation="nearest")
+        for (r, c), pid in np.ndenumerate(ids.numpy()):
+            real = bool(mask[r, c])
+            ax.text(c, r, str(pid) if real else f"pad\n({pid})", ha="center",
+                    va="center", fontsize=8 if real else 6.5,
+                    color="black" if real else "gray")
+        ax.set_xticks(range(seq_len))
+        ax.set_yticks(range(len(lengths)), [f"seq {b}" for b in range(len(lengths))])
+        ax.set_xlabel("slot in the padded batch")
+        ax.set_ylabel("sequence")
+        ax.set_title(f"{title}: position ids")
+    return fig
+
+
+@_styled
+def plot_offset_rotation(
+    k: int = 1,
+    *,
+    d_model: int = 4,
+    positions: Sequence[int] = (0, 1, 5, 6),
+    base: float = 10000.0,
+    max_pos: int = 8,
+) -> Figure:
+    r"""A shift by :math:`k` positions turns each (sin, cos) pair by :math:`k\omega_i`.
+
+    One panel per pair :math:`i` of a ``d_model``-wide encoding: the points
+    :math:`(\sin p\omega_i, \cos p\omega_i)` for :math:`p = 0 .. ` ``max_pos``, on the
+    unit circle, and an arrow from :math:`PE_p` to :math:`M(k)\,PE_p` (computed with
+    :func:`~course_lib.rotation.offset_matrix`) for each highlighted position; each
+    arrow turns by the same angle :math:`k\omega_i`, whatever :math:`p` is.
+
+    Args:
+        k: the offset.
+        d_model: encoding width (one panel per pair, so keep it small).
+        positions: positions whose shift is drawn.
+        base: frequency base.
+        max_pos: last position drawn as a dot.
+
+    Returns:
+        Figure with ``d_model // 2`` axes. In each, the first line holds the points
+        ``(sin, cos)`` of positions ``0..max_pos``, and one arrow patch per highlighted
+        position goes from ``PE_p`` to ``(offset_matrix(k) @ PE_p)`` (that pair).
+    """
+    from .rotation import offset_matrix
+    from .sinusoidal import sinusoidal_encoding
+
+    fn = "plot_offset_rotation"
+    d_model = require_positive_int(fn, "d_model", d_model)
+    if d_model > 8:
+        fail(fn, f"d_model must be at most 8 (one panel per pair), got {d_model}")
+    k = require_int(fn, "k", k)
+    pe = sinusoidal_encoding(max_pos + 1 + max(positions, default=0), d_model,
+                             base=base).double()
+    shifted = (offset_matrix(k, d_model, base=base, dtype=torch.float64)
+               @ pe[list(positions)].T).T  # (len(positions), d_model)
+
+    n_pairs = d_model // 2
+    fig = _figure(3.2 * n_pairs, 3.3)
+    axes = np.atleast_1d(fig.subplots(1, n_pairs))
+    circle = np.linspace(0, 2 * np.pi, 200)
+    colors = matplotlib.colormaps["tab10"]
+    for i, ax in enumerate(axes):
+        ax.plot(pe[: max_pos + 1, 2 * i].numpy(), pe[: max_pos + 1, 2 * i + 1].numpy(),
+                "o", ms=4, color="0.35", zorder=3)
+        ax.plot(np.sin(circle), np.cos(circle), color="0.8", lw=0.8, zorder=1)
+        for p in range(max_pos + 1):
+            s, c = pe[p, 2 * i].item(), pe[p, 2 * i + 1].item()
+            ax.annotate(str(p), (s, c), xytext=(1.16 * s, 1.16 * c), ha="center",
+                        va="center", fontsize=7, color="0.35")
+        for n, p in enumerate(positions):
+            start = pe[p, 2 * i : 2 * i + 2].numpy()
+            end = shifted[n, 2 * i : 2 * i + 2].numpy()
+            ax.add_patch(FancyArrowPatch(
+                tuple(start), tuple(end), arrowstyle="-|>", mutation_scale=10,
+                color=colors(n % 10), lw=1.4, zorder=4,
+                connectionstyle="arc3,rad=-0.25",
+                label=f"$p={p} \\to {p + k}$"))
+        omega = base ** (-2 * i / d_model)
+        ax.set_title(f"pair $i={i}$: $\\omega_{i}={omega:.3g}$, "
+                     f"angle $k\\omega_{i}={k * omega:.3g}$ rad")
+        ax.set_xlabel(f"$PE_{{p,{2 * i}}} = \\sin(p\\,\\omega_{i})$")
+        ax.set_ylabel(f"$PE_{{p,{2 * i + 1}}} = \\cos(p\\,\\omega_{i})$")
+        ax.set_aspect("equal")
+        ax.set_xlim(-1.35, 1.35)
+        ax.set_ylim(-1.35, 1.35)
+    axes[0].legend(loc="center", fontsize=7, framealpha=0.9)
+    fig.suptitle(f"$PE_{{p+{k}}} = M({k})\\,PE_p$: every pair turns by a fixed angle",
+                 fontsize=10)
+    return fig
+
+
+def _rope_partner(head_dim: int, convention: str) -> list[int]:
+    """partner[j]: the dimension that RoPE rotates together with dimension j.
+
+    Found by rotating each basis vector e_j (position 1, base 2 so that no frequency
+    is negligible) with :func:`apply_rope` and reading where its mass went.
+    """
+    from .rope import apply_rope
+
+    eye = torch.eye(head_dim, dtype=torch.float64)[:, None, :]  # (d, 1, d)
+    x = torch.cat((torch.zeros_like(eye), eye), dim=1)  # (d, 2, d): positions 0, 1
+    out = apply_rope(x, base=2.0, convention=convention)[:, 1]  # (d, d)
+    out = out.abs() * (1 - torch.eye(head_dim, dtype=torch.float64))
+    return out.argmax(dim=-1).tolist()
+
+
+@_styled
+def plot_rope_pairing(head_dim: int = 8) -> Figure:
+    """Which dimensions RoPE rotates together: interleaved vs rotate-half.
+
+    The pairs are read off :func:`~course_lib.rope.apply_rope` itself (a basis vector
+    rotated at position 1 leaks only into its partner), and drawn as arcs over the
+    ``head_dim`` slots of a query vector; arc ``i`` turns at frequency
+    :math:`\\theta_i`.
+
+    Args:
+        head_dim: head dimension, even, at most 16 for a readable drawing.
+
+    Returns:
+        Figure with two axes (``"interleaved"`` then ``"half"``); each carries one arc
+        patch per pair and the partner list in ``ax.partners`` (``partner[j]``).
+    """
+    fn = "plot_rope_pairing"
+    head_dim = require_positive_int(fn, "head_dim", head_dim)
+    if head_dim % 2 or head_dim > 16:
+        fail(fn, f"head_dim must be even and at most 16, got {head_dim}")
+    fig = _figure(6.4, 2.9)
+    axes = fig.subplots(2, 1)
+    colors = matplotlib.colormaps["viridis"]
+    titles = {
+        "interleaved": "interleaved: pairs $(2i, 2i+1)$ (RoFormer, Meta LLaMA)",
+        "half": "rotate-half: pairs $(i, i+d/2)$ (GPT-NeoX, Hugging Face Llama)",
+    }
+    for ax, convention in zip(axes, ("interleaved", "half"), strict=True):
+        partner = _rope_partner(head_dim, convention)
+        ax.partners = partner
+        pairs = sorted({tuple(sorted((j, partner[j]))) for j in range(head_dim)})
+        for idx, (a, b) in enumerate(pairs):
+            color = colors(idx / max(1, len(pairs) - 1) * 0.85)
+            for j in (a, b):
+                ax.add_patch(Rectangle((j - 0.42, -0.4), 0.84, 0.8, color=color,
+                                       alpha=0.85))
+                ax.text(j, 0, f"{j}", ha="center", va="center", color="white",
+                        fontsize=8, fontweight="bold")
+            ax.add_patch(FancyArrowPatch(
+                (a, 0.45), (b, 0.45), arrowstyle="<->", mutation_scale=7,
+                connectionstyle=f"arc3,rad=-{0.5 if b - a > 1 else 0.9}", color=color,
+                lw=1.2))
+            ax.text((a + b) / 2, 0.55 + 0.12 * (b - a), f"$\\theta_{idx}$",
+                    ha="center", va="bottom", fontsize=7, color=color)
+        ax.set_xlim(-0.7, head_dim - 0.3)
+        ax.set_ylim(-0.55, 0.9 + 0.13 * head_dim)
+        ax.set_yticks([])
+        ax.set_xticks(range(head_dim))
+        ax.set_xlabel("dimension of the query/key vector")
+        ax.set_title(titles[convention], loc="left")
+        ax.spines["left"].set_visible(False)
+    return fig
+
+
+@_styled
+def plot_rope_relative(
+    q: Sequence[float] = (1.0, 0.2),
+    k: Sequence[float] = (0.6, 0.7),
+    position_pairs: Sequence[tuple[int, int]] = ((1, 0), (4, 3)),
+) -> Figure:
+    r"""One 2-D query/key pair rotated by RoPE at two placements with the same offset.
+
+    With ``head_dim = 2`` the single frequency is :math:`\theta_0 = 1` radian per
+    position. For each ``(m, n)`` the panel shows :math:`R_m q` and :math:`R_n k`
+    (computed with :func:`~course_lib.rope.apply_rope`); both placements have the
+    same :math:`m - n`, so the angle between the rotated vectors, and their dot
+    product, is the same.
+
+    Args:
+        q: the query pair.
+        k: the key pair.
+        position_pairs: ``(m, n)`` placements (query position, key position).
+
+    Returns:
+        Figure with one axes per placement; the title of each ends with the score
+        ``<R_m q, R_n k>`` and ``ax.score`` holds it as a float.
+    """
+    from .rope import apply_rope
+
+    qv = torch.tensor([list(q)], dtype=torch.float64)  # (1, 2)
+    kv = torch.tensor([list(k)], dtype=torch.float64)  # (1, 2)
+    fig = _figure(3.1 * len(position_pairs), 3.2)
+    axes = np.atleast_1d(fig.subplots(1, len(position_pairs)))
+    circle = np.linspace(0, 2 * np.pi, 200)
+    for ax, (m, n) in zip(axes, position_pairs, strict=True):
+        qm = apply_rope(qv, torch.tensor([m]))[0].numpy()
+        kn = apply_rope(kv, torch.tensor([n]))[0].numpy()
+        score = float(qm @ kn)
+        ax.score = score
+        r = max(np.hypot(*q), np.hypot(*k))
+        ax.plot(r * np.cos(circle), r * np.sin(circle), color="0.85", lw=0.8)
+        for vec, label, color in ((qv[0].numpy(), "$q$", "C0"),
+                                  (kv[0].numpy(), "$k$", "C1")):
+            ax.annotate("", xy=tuple(vec), xytext=(0, 0),
+                        arrowprops={"arrowstyle": "-|>", "color": color, "alpha": 0.3,
+                                    "lw": 1})
+            ax.text(*(vec * 1.12), label, color=color, alpha=0.5, ha="center")
+        for vec, label, color in ((qm, f"$R_{{{m}}}q$", "C0"),
+                                  (kn, f"$R_{{{n}}}k$", "C1")):
+            ax.annotate("", xy=tuple(vec), xytext=(0, 0),
+                        arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.8})
+            ax.text(*(vec * 1.18), label, color=color, ha="center", va="center")
+        ax.set_aspect("equal")
+        lim = 1.45 * r
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        ax.set_xlabel("dimension 0")
+        ax.set_ylabel("dimension 1")
+        ax.set_title(f"$m={m}$, $n={n}$: score {score:.3f}")
+    fig.suptitle("Same offset $m-n$, same angle, same score", fontsize=10)
+    return fig
+
+
+@_styled
+def plot_rope_decay(
+    head_dim: int = 128,
+    max_distance: int = 256,
+    *,
+    bases: Sequence[float] = (10000.0,),
+) -> Figure:
+    r"""RoFormer's long-range decay: the bound, and the score of identical vectors.
+
+    Left: the quantity RoFormer plots (section 3.4.3),
+    :math:`\frac{1}{d/2}\sum_{j=1}^{d/2} |S_j|` with
+    :math:`S_j = \sum_{i=0}^{j-1} e^{\mathrm{i} r\theta_i}`, against the relative
+    distance :math:`r`; it bounds how large a score can stay at distance
+    :math:`r` (up to the variation of the query-key products), and decays on average.
+    Right: the score :math:`\langle R_m q, R_{m+r}\, q\rangle / d` of the all-ones
+    vector with itself, computed with :func:`~course_lib.rope.apply_rope`, which
+    equals :math:`\frac{2}{d}\sum_i \cos(r\theta_i)`.
+
+    Args:
+        head_dim: dimension :math:`d` of one head.
+        max_distance: largest relative distance drawn.
+        bases: one curve per base :math:`\theta` (``base``).
+
+    Returns:
+        Figure with two axes, one line per base in each (x = distances
+        ``0..max_distance``).
+    """
+    from .rope import apply_rope, rope_angles
+
+    fn = "plot_rope_decay"
+    head_dim = require_positive_int(fn, "head_dim", head_dim)
+    max_distance = require_positive_int(fn, "max_distance", max_distance)
+    r = torch.arange(max_distance + 1)
+    fig = _figure(8.0, 3.1)
+    left, right = fig.subplots(1, 2)
+    for base in bases:
+        angles = rope_angles(r, head_dim, base=base)  # (R, d/2) = r * theta_i
+        partial_sums = torch.polar(torch.ones_like(angles), angles).cumsum(-1)
+        bound = partial_sums.abs().mean(-1)  # (R,)
+        left.plot(r.numpy(), bound.numpy(), lw=1.2, label=f"base {base:g}")
+        ones = torch.ones(max_distance + 1, head_dim, dtype=torch.float64)
+        rotated = apply_rope(ones, r, base=base)  # (R, d): R_r 1
+        score = rotated @ rotated[0] / head_dim  # (R,): <R_0 1, R_r 1> / d
+        right.plot(r.numpy(), score.numpy(), lw=1.2, label=f"base {base:g}")
+    left.set_xlabel("relative distance $r$")
+    left.set_ylabel(r"$\frac{2}{d}\sum_j |S_j|$")
+    left.set_title(f"RoFormer's upper bound ($d={head_dim}$)")
+    right.set_xlabel("relative distance $r$")
+    right.set_ylabel(r"$\langle R_m \mathbf{1}, R_{m+r} \mathbf{1}\rangle / d$")
+    right.set_title("Score of identical all-ones $q$, $k$")
+    right.axhline(0, color="gray", lw=0.6)
+    for ax in (left, right):
+        ax.legend(loc="upper right")
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# Chapters 5-8: ALiBi, T5 buckets, Transformer-XL's shift, DA-Transformer
+# --------------------------------------------------------------------------------------
+
+
+@_styled
+def plot_alibi_bias(
+    n_heads: int = 8,
+    seq_len: int = 10,
+    *,
+    heads: Sequence[int] | None = None,
+    causal: bool = True,
+) -> Figure:
+    r"""ALiBi's additive bias :math:`-m_h|i-j|` for a few heads, and all the slopes.
+
+    Args:
+        n_heads: number of heads (slopes from :func:`~course_lib.alibi.alibi_slopes`).
+        seq_len: queries and keys shown.
+        heads: which heads to draw (default: first, middle, last).
+        causal: draw the causal bias (``-inf``, left blank, above the diagonal).
+
+    Returns:
+        Figure with one heatmap axes per drawn head (image = that head of
+        :func:`~course_lib.alibi.alibi_bias`) and a last axes with the slopes
+        :math:`m_h` against the head index on a log scale.
+    """
+    from .alibi import alibi_bias, alibi_slopes
+
+    fn = "plot_alibi_bias"
+    n_heads = require_positive_int(fn, "n_heads", n_heads)
+    heads = [0, n_heads // 2, n_heads - 1] if heads is None else list(heads)
+    heads = list(dict.fromkeys(heads))
+    for h in heads:
+        if not 0 <= h < n_heads:
+            fail(fn, f"heads must be in 0..{n_heads - 1}, got {heads}")
+    bias = alibi_bias(n_heads, seq_len, causal=causal)  # (H, L, L)
+    slopes = alibi_slopes(n_heads)
+    lowest = float(bias[bias.isfinite()].min())
+
+    fig = _figure(2.3 * len(heads) + 2.6, 2.9)
+    axes = fig.subplots(1, len(heads) + 1)
+    for ax, h in zip(axes[:-1], heads, strict=True):
+        b = bias[h].numpy()
+        im = ax.imshow(np.where(np.isfinite(b), b, np.nan), cmap="magma", vmin=lowest,
+                       vmax=0, interpolation="nearest")
+        ax.set_title(f"head {h}: $m = 2^{{{math.log2(slopes[h]):.3g}}}$")
+        ax.set_xlabel("key $j$")
+        ax.set_ylabel("query $i$")
+    fig.colorbar(im, ax=list(axes[:-1]), shrink=0.8, label="bias $-m_h|i-j|$")
+    last = axes[-1]
+    last.plot(range(n_heads), slopes.numpy(), "o-", ms=3)
+    last.set_yscale("log", base=2)
+    last.set_xlabel("head $h$")
+    last.set_ylabel("slope $m_h$")
+    last.set_title(f"slopes, {n_heads} heads")
+    return fig
+
+
+@_styled
+def plot_t5_buckets(
+    num_buckets: int = 32, max_distance: int = 128, *, span: int = 200
+) -> Figure:
+    """T5's relative-position buckets against ``key - query``, both variants.
+
+    Small distances get a bucket each, larger ones share logarithmically wider
+    buckets, and everything at or beyond ``max_distance`` shares the last one.
+
+    Args:
+        num_buckets: total buckets.
+        max_distance: distance from which all share one bucket.
+        span: relative positions ``-span .. span`` are drawn.
+
+    Returns:
+        Figure with one axes and two lines (bidirectional, causal), x = relative
+        positions, y = :func:`~course_lib.relative.t5_relative_position_bucket`.
+    """
+    from .relative import t5_relative_position_bucket
+
+    span = require_positive_int("plot_t5_buckets", "span", span)
+    rel = torch.arange(-span, span + 1)
+    fig = _figure(6.4, 3.0)
+    ax = fig.subplots()
+    for bidirectional, style in ((True, "-"), (False, "--")):
+        buckets = t5_relative_position_bucket(
+            rel, bidirectional=bidirectional, num_buckets=num_buckets,
+            max_distance=max_distance)
+        ax.step(rel.numpy(), buckets.numpy(), style, where="mid", lw=1.3,
+                label=("bidirectional (encoder)" if bidirectional
+                       else "causal (decoder)"))
+    for x in (-max_distance, max_distance):
+        ax.axvline(x, color="gray", ls=":", lw=0.8)
+    ax.text(max_distance, 1, " max_distance", color="gray", fontsize=7)
+    ax.set_xlabel("relative position (key - query)")
+    ax.set_ylabel("bucket")
+    ax.set_title(f"T5 buckets: {num_buckets} buckets, max_distance {max_distance}")
+    ax.legend(loc="upper left")
+    return fig
+
+
+@_styled
+def plot_da_rescale(
+    ws: Sequence[float] = (-1.0, -0.2, 0.2, 1.0),
+    vs: Sequence[float] = (0.0, 2.0),
+    *,
+    max_distance: int = 20,
+) -> Figure:
+    r"""DA-Transformer's distance weight :math:`\hat R(R)` for several ``w`` and ``v``.
+
+    Positive ``w`` grows the weight of distant tokens towards :math:`1 + e^v`,
+    negative ``w`` shrinks it towards 0; every curve passes through 1 at distance 0.
+
+    Args:
+        ws: slopes ``w`` (one line each).
+        vs: bounds ``v`` (one panel each).
+        max_distance: distances ``0..max_distance``.
+
+    Returns:
+        Figure with one axes per ``v`` and one line per ``w`` (y =
+        :func:`~course_lib.da.da_rescale`).
+    """
+    from .da import da_rescale
+
+    max_distance = require_positive_int("plot_da_rescale", "max_distance",
+                                        max_distance)
+    dist = torch.linspace(0, max_distance, 8 * max_distance + 1, dtype=torch.float64)
+    fig = _figure(3.3 * len(vs), 3.0)
+    axes = np.atleast_1d(fig.subplots(1, len(vs), sharey=True))
+    for ax, v in zip(axes, vs, strict=True):
+        for w in ws:
+            ax.plot(dist.numpy(), da_rescale(dist, w, v).numpy(), lw=1.3,
+                    label=f"$w={w:g}$")
+        ax.axhline(1 + math.exp(v), color="gray", ls="--", lw=0.8)
+        ax.text(0, 1 + math.exp(v), f"$1+e^v$ = {1 + math.exp(v):.3g}", va="bottom",
+                fontsize=7, color="gray")
+        ax.set_xlabel("distance $R = |i-j|$")
+        ax.set_ylabel(r"$\hat R$")
+        ax.set_title(f"$v = {v:g}$")
+        ax.legend(loc="center right")
+    return fig
+
+
+@_styled
+def plot_rel_shift_steps(q_len: int = 3, k_len: int = 5) -> Figure:
+    """Transformer-XL's pad-and-reshape shift, step by step, on distance labels.
+
+    The input holds, in row ``i`` and column ``c``, the relative distance
+    ``k_len - 1 - c`` (scores indexed by distance). The panels show: the input; one
+    zero column padded on the left; the same numbers read with rows of length
+    ``q_len`` (shape ``(k_len + 1, q_len)``), whose first row is dropped; and the
+    result read back as ``(q_len, k_len)``, which equals
+    :func:`~course_lib.transformer_xl.rel_shift` and holds in row ``i`` the distance
+    from query ``i`` (absolute position ``i + k_len - q_len``) to each key. Entries
+    above the causal diagonal are leftovers and are hatched: they must be masked.
+
+    Args:
+        q_len: number of queries.
+        k_len: number of keys (memory plus segment), at least ``q_len``.
+
+    Returns:
+        Figure with four axes; the image of the last equals
+        ``rel_shift(x)`` for the distance-labelled ``x``.
+    """
+    from .transformer_xl import rel_shift
+
+    fn = "plot_rel_shift_steps"
+    q_len = require_positive_int(fn, "q_len", q_len)
+    k_len = require_positive_int(fn, "k_len", k_len)
+    if k_len < q_len:
+        fail(fn, f"k_len must be at least q_len, got q_len={q_len}, k_len={k_len}")
+    x = (k_len - 1 - torch.arange(k_len, dtype=torch.float32)).expand(q_len, k_len)
+    padded = torch.nn.functional.pad(x, (1, 0))  # (Lq, Lk + 1)
+    regrouped = padded.reshape(k_len + 1, q_len)  # the same numbers, rows of length Lq
+    shifted = rel_shift(x)  # (Lq, Lk)
+    mask = torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None] + k_len - q_len
+
+    steps = (
+        (x, "1. scores by distance"),
+        (padded, "2. pad a zero column"),
+        (regrouped, f"3. view as ({k_len + 1}, {q_len}),\ndrop row 0"),
+        (shifted, "4. view as "
+                  f"({q_len}, {k_len}):\ndistance to each key"),
+    )
+    fig = _figure(9.0, 2.9)
+    axes = fig.subplots(1, 4, width_ratios=(k_len, k_len + 1, q_len + 0.5, k_len))
+    for n, (ax, (values, title)) in enumerate(zip(axes, steps, strict=True)):
+        v = values.numpy()
+        ax.imshow(v, cmap="Blues", vmin=-1, vmax=2 * k_len, interpolation="nearest")
+        _annotate_cells(ax, v, fmt="{:.0f}", size=8)
+        if n == 2:
+            ax.add_patch(Rectangle((-0.5, -0.5), q_len, 1, color="red", alpha=0.25))
+        if n == 3:
+            for r, c in zip(*np.nonzero(~mask.numpy()), strict=True):
+                ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False,
+                                       hatch="///", color="red", lw=0))
+        ax.set_title(title)
+        ax.set_xticks(range(v.shape[1]))
+        ax.set_yticks(range(v.shape[0]))
+        ax.set_xlabel("key $j$" if n == 3 else "column")
+        ax.set_ylabel("query $i$" if n in (0, 3) else "row")
+    return fig
