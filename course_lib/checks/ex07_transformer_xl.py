@@ -1,0 +1,389 @@
+"""Graders of exercise 7 (Transformer-XL): the pad-and-reshape ``rel_shift`` and the
+relative attention scores of Dai et al. eq. (3).
+
+``rel_shift`` is only specified where ``j <= i + k_len - q_len`` (keys at or before the
+query); the other entries are garbage that the causal mask removes, so they are not
+compared. ``rel_attention_scores`` must put ``-inf`` there.
+
+Expected answers come from :mod:`course_lib.transformer_xl`, captured at import; the
+known wrong answers (no shift, zero column on the wrong side, off by one row, shift in
+the wrong direction or by the wrong amount, ascending distances, ``u`` and ``v``
+swapped, no ``1/sqrt(D)``, the position term not shifted, no mask after the shift,
+queries placed first) are computed here so that a message can name the mistake.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from course_lib.transformer_xl import rel_attention_scores as _ref_scores
+from course_lib.transformer_xl import rel_shift as _ref_shift
+
+from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+
+__all__ = [
+    "check_rel_attention_scores",
+    "check_rel_shift",
+    "grade_rel_attention_scores",
+    "grade_rel_shift",
+]
+
+_arange = torch.arange
+_allclose = torch.allclose
+_isinf = torch.isinf
+_einsum = torch.einsum
+_pad = F.pad
+_ones = torch.ones
+_sqrt = math.sqrt
+_inf = float("inf")
+
+_ATOL = 1e-4
+_RTOL = 1e-4
+
+
+def _randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen)
+
+
+def _valid(q_len: int, k_len: int) -> torch.Tensor:
+    """True where key j is at or before query i: ``j <= i + k_len - q_len``."""
+    return _ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len)
+
+
+def _on_valid(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``x`` with the unspecified entries (key after the query) set to 0."""
+    return x.masked_fill(~valid, 0.0)
+
+
+def _known(expected: torch.Tensor, valid: torch.Tensor, candidates):
+    """Candidate wrong answers restricted to the compared entries, dropping those that
+    coincide there with the right answer."""
+    found = []
+    for answer, text in candidates:
+        answer = _on_valid(answer, valid)
+        if answer.shape == expected.shape and _allclose(
+            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL, equal_nan=True
+        ):
+            continue
+        found.append(Mistake(answer, text))
+    return found
+
+
+def _gather_cols(x: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """``out[..., i, j] = x[..., i, col[i, j] mod k_len]``."""
+    k_len = x.shape[-1]
+    return x.gather(-1, (col % k_len).expand(*x.shape[:-2], *col.shape))
+
+
+def _require_shape(got, shape: torch.Size, what: str) -> torch.Tensor:
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailed(
+            f"{what} should return a torch.Tensor of shape {tuple(shape)}, "
+            f"got {type(got).__name__}"
+        )
+    if got.shape != shape:
+        raise CheckFailed(
+            f"{what} has the wrong shape: expected {tuple(shape)}, "
+            f"got {tuple(got.shape)}"
+        )
+    if not got.is_floating_point():
+        raise CheckFailed(f"{what} should be a floating-point tensor, got {got.dtype}")
+    return got
+
+
+# --- rel_shift
+
+
+def _shift_mistakes(x: torch.Tensor):
+    *lead, q_len, k_len = x.shape
+    i = _arange(q_len)[:, None]
+    j = _arange(k_len)[None, :]
+    m = k_len - q_len
+    padded_right = _pad(x, (0, 1)).reshape(*lead, k_len + 1, q_len)
+    padded_left = _pad(x, (1, 0)).reshape(*lead, k_len + 1, q_len)
+    return [
+        (
+            x,
+            "nothing is shifted: row i must move left by q_len - 1 - i (the last row "
+            "stays, the first moves most).",
+        ),
+        (
+            padded_right[..., 1:, :].reshape(x.shape),
+            "the zero column is padded on the right. Pad it on the LEFT "
+            "(F.pad(x, (1, 0))) before viewing the numbers as (k_len + 1, q_len).",
+        ),
+        (
+            padded_right[..., :-1, :].reshape(x.shape),
+            "the zero column is padded on the right and the last row dropped. Pad on "
+            "the LEFT, view as (k_len + 1, q_len) and drop the FIRST row.",
+        ),
+        (
+            padded_left[..., :-1, :].reshape(x.shape),
+            "off by one row: after padding and viewing as (k_len + 1, q_len), drop the "
+            "FIRST row (the leading q_len numbers), not the last.",
+        ),
+        (
+            _gather_cols(x, j - (q_len - 1 - i)),
+            "the rows are shifted the wrong way: out[i, j] = x[i, j + q_len - 1 - i] "
+            "moves row i LEFT by q_len - 1 - i.",
+        ),
+        (
+            _gather_cols(x, j + i),
+            "row i is shifted by i; it must move left by q_len - 1 - i (the last query "
+            "row is the one that stays in place).",
+        ),
+        (
+            _gather_cols(x, i + m - j),
+            "column c of x holds distance k_len - 1 - c (descending distances), so "
+            "out[i, j] = x[i, j + q_len - 1 - i]; this answer reads column c as "
+            "distance c.",
+        ),
+    ]
+
+
+def _check_shift_case(fn, x: torch.Tensor, label: str) -> None:
+    *_, q_len, k_len = x.shape
+    valid = _valid(q_len, k_len)
+    expected = _on_valid(_ref_shift(x.clone()), valid)
+    mistakes = _known(expected, valid, _shift_mistakes(x))
+    call = f"rel_shift({label})"
+    got = call_student(fn, x.clone(), call=call)
+    got = _require_shape(got, x.shape, call)
+    expect_close(
+        _on_valid(got, valid),
+        expected,
+        what=f"{call} (compared where j <= i + k_len - q_len)",
+        atol=_ATOL,
+        rtol=_RTOL,
+        mistakes=mistakes,
+    )
+
+
+def _distance_labelled(q_len: int, k_len: int) -> torch.Tensor:
+    """x[i, c] = k_len - 1 - c: every entry holds the distance it stands for."""
+    return (k_len - 1 - _arange(k_len)).float().expand(q_len, k_len).clone()
+
+
+def _check_distance_labels(fn, q_len: int, k_len: int) -> None:
+    """After the shift, entry (i, j) must hold its distance i + k_len - q_len - j."""
+    x = _distance_labelled(q_len, k_len)
+    valid = _valid(q_len, k_len)
+    i = _arange(q_len)[:, None]
+    j = _arange(k_len)[None, :]
+    distance = _on_valid((i + k_len - q_len - j).float(), valid)
+    call = f"rel_shift(x) with x[i, c] = k_len - 1 - c (q_len={q_len}, k_len={k_len})"
+    got = _require_shape(call_student(fn, x.clone(), call=call), x.shape, call)
+    expect_close(
+        _on_valid(got, valid),
+        distance,
+        what=f"{call}, where entry (i, j) must hold the distance i + k_len - q_len - j",
+        atol=_ATOL,
+        rtol=_RTOL,
+        mistakes=_known(distance, valid, _shift_mistakes(x)),
+    )
+
+
+def check_rel_shift(fn) -> None:
+    """Public check of ``rel_shift(x)``."""
+    gen = torch.Generator().manual_seed(70)
+    _check_distance_labels(fn, 4, 4)
+    _check_distance_labels(fn, 3, 6)
+    _check_shift_case(fn, _randn(gen, 2, 3, 5, 5), "x of shape (2, 3, 5, 5)")
+    _check_shift_case(fn, _randn(gen, 1, 2, 3, 7), "x of shape (1, 2, 3, 7)")
+    passed("rel_shift", public=True)
+
+
+def grade_rel_shift(fn) -> None:
+    """Hidden grader: distance labels, memory (q_len < k_len), single queries, any
+    number of leading dimensions; compared on the entries the mask keeps."""
+    gen = torch.Generator().manual_seed(71)
+    _check_distance_labels(fn, 4, 4)
+    _check_distance_labels(fn, 1, 5)
+    _check_distance_labels(fn, 5, 13)
+    shapes = [(1, 1), (1, 6), (6, 6), (4, 9), (3, 4, 9), (2, 2, 2, 8, 8), (2, 3, 7, 16)]
+    for _ in range(4):
+        q_len = int(torch.randint(1, 10, (1,), generator=gen))
+        k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
+        shapes.append((2, 2, q_len, k_len))
+    for shape in shapes:
+        _check_shift_case(fn, _randn(gen, *shape), f"x of shape {shape}")
+    passed("rel_shift", public=False, detail=f"{len(shapes) + 3} cases")
+
+
+# --- rel_attention_scores
+
+
+def _scores_parts(q, k, r, u, v):
+    """Terms of eq. (3) by an explicit gather: ((q+u) k^T, (q+v) . r_{i'-j}) on the
+    entries the mask keeps."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    i = _arange(q_len)[:, None]
+    j = _arange(k_len)[None, :]
+    content_u = (q + u[None, :, None, :]) @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+    by_distance = _einsum(
+        "bhqd,hkd->bhqk", q + v[None, :, None, :], r
+    )  # (B, H, Lq, Lk)
+    position = _gather_cols(by_distance, j + q_len - 1 - i)  # (B, H, Lq, Lk)
+    return content_u, by_distance, position, i, j
+
+
+def _scores_mistakes(q, k, r, u, v):
+    q_len, k_len, dim = q.shape[2], k.shape[2], q.shape[3]
+    content, by_distance, position, i, j = _scores_parts(q, k, r, u, v)
+    c_swap, _, p_swap, _, _ = _scores_parts(q, k, r, v, u)
+    zero = torch.zeros_like(u)
+    c_none, _, p_none, _, _ = _scores_parts(q, k, r, zero, zero)
+    ascending = _gather_cols(by_distance, i + k_len - q_len - j)
+    s = _sqrt(dim)
+    return [
+        (
+            (c_swap + p_swap) / s,
+            "u and v are swapped: u is the global CONTENT bias, added to the "
+            "query before the dot product with the keys; v is the global POSITION "
+            "bias, added before the dot product with the relative embeddings r.",
+        ),
+        (
+            content + position,
+            "the scores are not scaled: divide the sum of the terms by sqrt(head_dim).",
+        ),
+        (
+            (content + position) / dim,
+            "the scores are divided by head_dim; divide by sqrt(head_dim).",
+        ),
+        (
+            (c_none + p_none) / s,
+            "the global biases are missing: add u to the query for the content term "
+            "and v for the position term.",
+        ),
+        (
+            (content + by_distance) / s,
+            "the position term is not realigned: (q + v) r^T has one column per "
+            "DISTANCE; rel_shift turns it into one column per key.",
+        ),
+        (
+            (content + ascending) / s,
+            "row c of r holds distance k_len - 1 - c (descending), so the distance "
+            "i' - j with i' = i + k_len - q_len is row j + q_len - 1 - i; this answer "
+            "reads row c as distance c.",
+        ),
+    ]
+
+
+def _check_scores_case(
+    fn,
+    name: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    r: torch.Tensor,
+    u: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    unmasked: str,
+    extra_mistakes=(),
+) -> None:
+    """Compare ``fn(q, k, r, u, v)`` with the reference: first the -inf pattern of the
+    mask (``unmasked`` explains a missing mask), then the kept entries."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    valid = _valid(q_len, k_len)
+    reference = _ref_scores(q.clone(), k.clone(), r.clone(), u.clone(), v.clone())
+    expected = _on_valid(reference, valid)
+    candidates = [*_scores_mistakes(q, k, r, u, v), *extra_mistakes]
+    mistakes = _known(expected, valid, candidates)
+    call = (
+        f"{name}(q, k, r, u, v) with q {tuple(q.shape)}, k {tuple(k.shape)}, "
+        f"r {tuple(r.shape)}"
+    )
+    got = call_student(
+        fn, q.clone(), k.clone(), r.clone(), u.clone(), v.clone(), call=call
+    )
+    got = _require_shape(got, reference.shape, call)
+    got_inf = _isinf(got) & (got < 0)
+    missing = (~valid) & ~got_inf  # (B, H, Lq, Lk) by broadcasting
+    if bool(missing.any()):
+        idx = tuple(int(t) for t in missing.nonzero()[0])
+        b, h, i, j = idx
+        raise CheckFailed(
+            f"{call}: entry {idx} should be -inf (key {j} comes after query {i}, "
+            f"which sits at position {i + k_len - q_len}), got {got[idx].item():.6g}. "
+            f"{unmasked}"
+        )
+    extra = got_inf & valid
+    if bool(extra.any()):
+        idx = tuple(int(t) for t in extra.nonzero()[0])
+        b, h, i, j = idx
+        i_abs = i + k_len - q_len
+        if j > i and j <= i_abs:
+            raise CheckFailed(
+                f"{call}: entry {idx} is -inf but key {j} is not after query {i}: "
+                f"queries are the LAST q_len of the k_len positions, so query i sits "
+                f"at position i + k_len - q_len = {i_abs} and may attend to keys "
+                f"0..{i_abs} (mask j > i + k_len - q_len, not j > i)."
+            )
+        raise CheckFailed(
+            f"{call}: entry {idx} is -inf but key {j} is at or before query {i} "
+            f"(position {i_abs}); only keys after the query are masked."
+        )
+    expect_close(
+        _on_valid(got, valid),
+        expected,
+        what=f"{call} (entries with j <= i + k_len - q_len)",
+        atol=_ATOL,
+        rtol=_RTOL,
+        mistakes=mistakes,
+    )
+
+
+_UNMASKED = (
+    "After rel_shift the entries for keys after the query hold leftovers of the "
+    "neighbouring row: mask them with -inf (j > i + k_len - q_len)."
+)
+
+
+def _random_inputs(gen, batch, heads, q_len, k_len, dim):
+    return (
+        _randn(gen, batch, heads, q_len, dim),
+        _randn(gen, batch, heads, k_len, dim),
+        _randn(gen, heads, k_len, dim),
+        _randn(gen, heads, dim),
+        _randn(gen, heads, dim),
+    )
+
+
+_SCORES_PUBLIC = [(2, 2, 4, 4, 8), (1, 2, 3, 7, 4)]
+
+
+def check_rel_attention_scores(fn) -> None:
+    """Public check of ``rel_attention_scores(q, k, r, u, v)``."""
+    gen = torch.Generator().manual_seed(72)
+    for sizes in _SCORES_PUBLIC:
+        _check_scores_case(
+            fn, "rel_attention_scores", *_random_inputs(gen, *sizes), unmasked=_UNMASKED
+        )
+    passed("rel_attention_scores", public=True)
+
+
+def grade_rel_attention_scores(fn) -> None:
+    """Hidden grader: single positions, long memories, several heads and sizes."""
+    gen = torch.Generator().manual_seed(73)
+    sizes = [
+        *_SCORES_PUBLIC,
+        (1, 1, 1, 1, 2),
+        (1, 1, 1, 10, 4),
+        (3, 3, 5, 12, 16),
+        (2, 4, 6, 6, 2),
+        (1, 2, 8, 20, 8),
+    ]
+    for _ in range(3):
+        q_len = int(torch.randint(1, 9, (1,), generator=gen))
+        k_len = q_len + int(torch.randint(0, 9, (1,), generator=gen))
+        sizes.append(
+            (2, 2, q_len, k_len, 2 * int(torch.randint(1, 6, (1,), generator=gen)))
+        )
+    for s in sizes:
+        _check_scores_case(
+            fn, "rel_attention_scores", *_random_inputs(gen, *s), unmasked=_UNMASKED
+        )
+    passed("rel_attention_scores", public=False, detail=f"{len(sizes)} cases")

@@ -1,0 +1,325 @@
+"""Graders of exercise 8 (DA-Transformer): the distance weight ``R_hat`` and
+distance-aware attention.
+
+Expected answers come from :mod:`course_lib.da`, captured at import; the known wrong
+answers (the sign inside the sigmoid flipped, the numerator ``1 + e^v`` missing or
+replaced by ``e^v``, ``R_hat`` not applied, ReLU missing, no ``1/sqrt(d)``, ``R_hat``
+applied after the softmax, ``w`` and ``v`` swapped, signed distances) are computed
+here so that a message can name the mistake.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.da import da_attention as _ref_attention
+from course_lib.da import da_rescale as _ref_rescale
+
+from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+
+__all__ = [
+    "check_da_attention",
+    "check_da_rescale",
+    "grade_da_attention",
+    "grade_da_rescale",
+]
+
+_exp = torch.exp
+_relu = torch.relu
+_allclose = torch.allclose
+_arange = torch.arange
+_sqrt = math.sqrt
+
+_ATOL = 1e-5
+_RTOL = 1e-4
+
+
+def _known(expected: torch.Tensor, candidates):
+    return [
+        Mistake(answer, text)
+        for answer, text in candidates
+        if not (
+            answer.shape == expected.shape
+            and _allclose(
+                answer.double(),
+                expected.double(),
+                atol=_ATOL,
+                rtol=_RTOL,
+                equal_nan=True,
+            )
+        )
+    ]
+
+
+def _randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen)
+
+
+def _grid_distance(length: int) -> torch.Tensor:
+    pos = _arange(length)
+    return (pos[:, None] - pos[None, :]).abs().float()  # (L, L)
+
+
+def _fmt_arg(x: torch.Tensor) -> str:
+    if x.ndim == 0:
+        return f"tensor({x.item():.4g})"
+    return f"<tensor of shape {tuple(x.shape)}>"
+
+
+# --- da_rescale
+
+
+def _rescale_mistakes(distance, w, v):
+    d, w, v = distance.double(), w.double(), v.double()
+    return [
+        (
+            (1 + _exp(v)) / (1 + _exp(v + w * d)),
+            "the sign inside the exponential is flipped: the denominator is "
+            "1 + e^(v - w*distance), so that w > 0 makes R_hat grow with the distance.",
+        ),
+        (
+            1 / (1 + _exp(v - w * d)),
+            "the numerator 1 + e^v is missing: it makes R_hat exactly 1 at distance 0 "
+            "(and bounds it by 1 + e^v).",
+        ),
+        (
+            _exp(v) / (1 + _exp(v - w * d)),
+            "the numerator is e^v; it is 1 + e^v, which makes R_hat exactly 1 at "
+            "distance 0.",
+        ),
+        (
+            (1 + _exp(v)) / (1 + _exp(w * d - v)),
+            "the exponent is w*distance - v; it is v - w*distance.",
+        ),
+        (
+            (1 + _exp(w)) / (1 + _exp(w - v * d)),
+            "w and v are swapped: w multiplies the distance, v sets the bound 1 + e^v.",
+        ),
+    ]
+
+
+def _check_rescale_case(fn, distance, w, v) -> None:
+    expected = _ref_rescale(distance.clone(), w.clone(), v.clone())
+    mistakes = _known(expected, _rescale_mistakes(distance, w, v))
+    call = f"da_rescale({_fmt_arg(distance)}, {_fmt_arg(w)}, {_fmt_arg(v)})"
+    got = call_student(fn, distance.clone(), w.clone(), v.clone(), call=call)
+    expect_close(
+        got,
+        expected,
+        what=call,
+        atol=_ATOL,
+        rtol=_RTOL,
+        mistakes=mistakes,
+        dtype="float",
+    )
+
+
+def _scalar(x: float) -> torch.Tensor:
+    return torch.tensor(x)
+
+
+def check_da_rescale(fn) -> None:
+    """Public check of ``da_rescale(distance, w, v)``."""
+    gen = torch.Generator().manual_seed(80)
+    _check_rescale_case(fn, _arange(12).float(), _scalar(0.5), _scalar(1.0))
+    _check_rescale_case(fn, _grid_distance(5), _scalar(0.2), _scalar(-0.5))
+    heads = 3
+    _check_rescale_case(
+        fn,
+        _grid_distance(6)[None],  # (1, L, L)
+        _randn(gen, heads, 1, 1).abs(),
+        _randn(gen, heads, 1, 1),
+    )
+    passed("da_rescale", public=True)
+
+
+def _check_rescale_properties(fn, gen: torch.Generator) -> None:
+    heads = 4
+    w = torch.rand(heads, 1, generator=gen) * 2 + 0.1  # (H, 1), w > 0
+    v = _randn(gen, heads, 1)  # (H, 1)
+    distance = _arange(0, 200).float()[None, :]  # (1, 200)
+    call = "da_rescale(arange(0, 200), w, v) with w > 0 of shape (4, 1)"
+    got = call_student(fn, distance.clone(), w.clone(), v.clone(), call=call)
+    if not isinstance(got, torch.Tensor) or got.shape != (heads, 200):
+        expect_close(got, _ref_rescale(distance, w, v), what=call)
+    at_zero = got[:, 0]
+    if not _allclose(
+        at_zero.double(), torch.ones(heads, dtype=torch.float64), atol=1e-5
+    ):
+        raise CheckFailed(
+            f"{call}: R_hat must be exactly 1 at distance 0 (for every w and v), got "
+            f"{[round(t, 5) for t in at_zero.tolist()]}"
+        )
+    bound = 1 + _exp(v.double())  # (H, 1)
+    if bool((got.double() > bound * (1 + 1e-5)).any()) or bool((got < 1 - 1e-5).any()):
+        raise CheckFailed(
+            f"{call}: for w > 0, R_hat must stay between 1 (distance 0) and 1 + e^v"
+        )
+    if not _allclose(got[:, -1].double(), bound[:, 0], rtol=1e-3):
+        raise CheckFailed(
+            f"{call}: at large distances R_hat must approach its bound 1 + e^v = "
+            f"{[round(t, 4) for t in bound[:, 0].tolist()]}, got "
+            f"{[round(t, 4) for t in got[:, -1].tolist()]}"
+        )
+    if bool((got[:, 1:] < got[:, :-1] - 1e-6).any()):
+        raise CheckFailed(f"{call}: for w > 0, R_hat must not decrease with distance")
+
+
+def grade_da_rescale(fn) -> None:
+    """Hidden grader: the properties (1 at distance 0, bounded by 1 + e^v, monotone),
+    negative w, broadcasting over heads, large distances."""
+    gen = torch.Generator().manual_seed(81)
+    _check_rescale_properties(fn, gen)
+    cases = [
+        (_arange(12).float(), _scalar(0.5), _scalar(1.0)),
+        (_arange(30).float(), _scalar(-0.3), _scalar(0.7)),
+        (_grid_distance(7), _scalar(-1.5), _scalar(-1.0)),
+        (_arange(0, 1000, 37).float(), _scalar(0.8), _scalar(2.0)),
+        (_arange(0, 1000, 37).float(), _scalar(-0.8), _scalar(2.0)),
+        (_grid_distance(9)[None], _randn(gen, 5, 1, 1), _randn(gen, 5, 1, 1)),
+        (torch.rand(2, 3, 4, generator=gen) * 20, _randn(gen, 3, 1), _randn(gen, 4)),
+        (torch.zeros(6), _randn(gen, 6), _randn(gen, 6)),
+    ]
+    for distance, w, v in cases:
+        _check_rescale_case(fn, distance, w, v)
+    passed("da_rescale", public=False, detail=f"{len(cases) + 1} cases")
+
+
+# --- da_attention
+
+
+def _attention_variants(q, k, v, w, v_bias):
+    """Known wrong weights, each as a ``(weights, explanation)`` pair."""
+    q_len = q.shape[2]
+    dim = q.shape[-1]
+    pos = _arange(q_len)
+    signed = (pos[:, None] - pos[None, :]).double()  # (L, L)
+    distance = signed.abs()
+    q, k, w, v_bias = q.double(), k.double(), w.double(), v_bias.double()
+    wh, vh = w[:, None, None], v_bias[:, None, None]  # (H, 1, 1)
+
+    def rescale(d, w_, v_):
+        return (1 + _exp(v_)) / (1 + _exp(v_ - w_ * d))
+
+    r_hat = rescale(distance, wh, vh)  # (H, L, L)
+    raw = q @ k.transpose(-2, -1)  # (B, H, L, L)
+    s = _sqrt(dim)
+    after = (raw.relu() / s).softmax(-1) * r_hat
+    return [
+        (
+            (raw.relu() / s).softmax(-1),
+            "R_hat is not applied: multiply ReLU(q k^T) by R_hat before the softmax.",
+        ),
+        (
+            (raw * r_hat / s).softmax(-1),
+            "the ReLU is missing: DA-Transformer rescales ReLU(q k^T), so that "
+            "negative scores do not become more negative with the distance.",
+        ),
+        (
+            (raw.relu() * (1 + _exp(vh)) / (1 + _exp(vh + wh * distance)) / s).softmax(
+                -1
+            ),
+            "the sign inside R_hat's exponential is flipped: R_hat = (1 + e^v) / "
+            "(1 + e^(v - w*distance)).",
+        ),
+        (
+            (raw.relu() * r_hat).softmax(-1),
+            "the scores are not scaled: divide ReLU(q k^T) * R_hat by sqrt(head_dim).",
+        ),
+        (
+            after / after.sum(-1, keepdim=True),
+            "R_hat is applied after the softmax; it rescales the scores before it.",
+        ),
+        (
+            after,
+            "R_hat multiplies the softmax weights; it rescales the scores before the "
+            "softmax (the weights must sum to 1).",
+        ),
+        (
+            (raw.relu() * rescale(distance, vh, wh) / s).softmax(-1),
+            "w and v_bias are swapped: w multiplies the distance, v_bias sets the "
+            "bound.",
+        ),
+        (
+            (raw.relu() * rescale(signed, wh, vh) / s).softmax(-1),
+            "the distance is signed (i - j); DA-Transformer uses R = |i - j|.",
+        ),
+    ]
+
+
+def _check_attention_case(fn, q, k, v, w, v_bias) -> None:
+    out_ref, weights_ref = _ref_attention(
+        q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone()
+    )
+    variants = _attention_variants(q, k, v, w, v_bias)
+    weight_mistakes = _known(weights_ref, [(a.float(), t) for a, t in variants])
+    out_mistakes = _known(out_ref, [((a @ v.double()).float(), t) for a, t in variants])
+    call = (
+        f"da_attention(q, k, v, w, v_bias) with q {tuple(q.shape)}, "
+        f"v {tuple(v.shape)}, w = {[round(t, 3) for t in w.tolist()]}"
+    )
+    got = call_student(
+        fn, q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone(), call=call
+    )
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        raise CheckFailed(
+            f"{call} should return a pair (out, weights), got {type(got).__name__}"
+            + (f" of length {len(got)}" if isinstance(got, tuple | list) else "")
+        )
+    out, weights = got
+    expect_close(
+        weights,
+        weights_ref,
+        what=f"the weights of {call}",
+        atol=_ATOL,
+        rtol=_RTOL,
+        mistakes=weight_mistakes,
+        dtype="float",
+    )
+    expect_close(
+        out,
+        out_ref,
+        what=f"the output of {call}",
+        atol=_ATOL,
+        rtol=_RTOL,
+        mistakes=out_mistakes,
+        dtype="float",
+    )
+
+
+def _random_case(gen, batch, heads, length, dim, v_dim=None, *, w_sign=1.0):
+    return (
+        _randn(gen, batch, heads, length, dim),
+        _randn(gen, batch, heads, length, dim),
+        _randn(gen, batch, heads, length, v_dim or dim),
+        w_sign * (torch.rand(heads, generator=gen) * 0.5 + 0.05),
+        _randn(gen, heads),
+    )
+
+
+def check_da_attention(fn) -> None:
+    """Public check of ``da_attention(q, k, v, w, v_bias)``."""
+    gen = torch.Generator().manual_seed(82)
+    _check_attention_case(fn, *_random_case(gen, 2, 2, 5, 8))
+    _check_attention_case(fn, *_random_case(gen, 1, 3, 7, 4))
+    passed("da_attention", public=True)
+
+
+def grade_da_attention(fn) -> None:
+    """Hidden grader: negative w, a single token, long sequences, value width other
+    than head_dim, mixed-sign w."""
+    gen = torch.Generator().manual_seed(83)
+    cases = [
+        _random_case(gen, 2, 2, 5, 8),
+        _random_case(gen, 1, 1, 1, 4),
+        _random_case(gen, 2, 3, 6, 8, w_sign=-1.0),
+        _random_case(gen, 1, 2, 24, 16),
+        _random_case(gen, 3, 2, 9, 4, v_dim=6),
+    ]
+    q, k, v, _, v_bias = _random_case(gen, 2, 4, 8, 8)
+    cases.append((q, k, v, torch.tensor([0.5, -0.5, 0.0, 1.5]), v_bias))
+    for case in cases:
+        _check_attention_case(fn, *case)
+    passed("da_attention", public=False, detail=f"{len(cases)} cases")
