@@ -1,0 +1,218 @@
+"""Graders for ex01_permutation: self-attention without positions, permutation matrices.
+
+``check_*`` run in the students' notebooks (public cells); ``grade_*`` run at grading
+(hidden cells). Expected answers come from :mod:`course_lib.attention`, captured at
+import and computed before the student's function runs. The known wrong answers
+(missing ``1/sqrt(d_k)``, softmax over the query axis, a transposed permutation
+matrix, ...) are computed here so that a wrong answer is named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from course_lib.attention import permutation_matrix as _ref_permutation_matrix
+from course_lib.attention import self_attention as _ref_self_attention
+
+from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+
+__all__ = [
+    "check_permutation_matrix",
+    "check_self_attention",
+    "grade_permutation_matrix",
+    "grade_self_attention",
+]
+
+_ATOL = 1e-5
+_RTOL = 1e-4
+
+
+def _known(
+    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
+) -> list[Mistake]:
+    """The known wrong answers that differ from the expected one (a transposed
+    permutation matrix *is* right for a permutation that is its own inverse)."""
+    out = []
+    for answer, explanation in pairs:
+        same = answer.shape == expected.shape and torch.allclose(
+            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+        )
+        if not same:
+            out.append(Mistake(answer, explanation))
+    return out
+
+
+def _random_inputs(
+    seed: int, batch: int | None, seq: int, d_model: int, d_k: int, d_v: int,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lead = (seq,) if batch is None else (batch, seq)
+    x = torch.randn(*lead, d_model, generator=g, dtype=dtype)
+    w_q = torch.randn(d_model, d_k, generator=g, dtype=dtype)
+    w_k = torch.randn(d_model, d_k, generator=g, dtype=dtype)
+    w_v = torch.randn(d_model, d_v, generator=g, dtype=dtype)
+    return x, w_q, w_k, w_v
+
+
+def _attention_mistakes(
+    x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
+) -> list[tuple[torch.Tensor, str]]:
+    """Wrong self-attentions students write, as ``(output, explanation)``."""
+    x, w_q, w_k, w_v = (t.double() for t in (x, w_q, w_k, w_v))
+    q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., seq, d_k), twice, and (..., seq, d_v)
+    d_k, d_model = w_q.shape[1], x.shape[-1]
+    scores = q @ k.transpose(-2, -1)  # (..., seq, seq)
+    seq = x.shape[-2]
+    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)  # (seq, seq)
+
+    def attend(s: torch.Tensor, dim: int = -1, values: torch.Tensor = v):
+        return torch.softmax(s, dim=dim) @ values  # (..., seq, d)
+
+    scaled = scores / math.sqrt(d_k)
+    return [
+        (attend(scores), "the scores are not divided by sqrt(d_k): "
+                         "softmax(Q K^T / sqrt(d_k)) V"),
+        (attend(scores / d_k), "the scores are divided by d_k; divide by sqrt(d_k)"),
+        (attend(scores / math.sqrt(d_model)),
+         "the scores are divided by sqrt(d_model); divide by sqrt(d_k), the number of "
+         "columns of w_q"),
+        (attend(scaled, dim=-2),
+         "the softmax runs over the wrong axis (the queries): each query's weights "
+         "must sum to 1 over the keys, the last axis of Q K^T"),
+        (attend(scaled.transpose(-2, -1)),
+         "the scores are K Q^T instead of Q K^T (queries and keys swapped)"),
+        (attend(scaled.masked_fill(future, float("-inf"))),
+         "a causal mask was applied; this exercise is about plain (unmasked) "
+         "self-attention, which sees every token"),
+        (attend(scaled, values=x),
+         "the weights multiply x instead of the values V = x @ w_v"),
+        (torch.softmax(scaled, dim=-1),
+         "this is the attention-weight matrix; return the weighted values "
+         "softmax(Q K^T / sqrt(d_k)) V"),
+    ]
+
+
+def _check_attention_case(
+    self_attention: Callable, seed: int, batch: int | None, seq: int, d_model: int,
+    d_k: int, d_v: int, dtype: torch.dtype = torch.float32,
+) -> None:
+    x, w_q, w_k, w_v = _random_inputs(seed, batch, seq, d_model, d_k, d_v, dtype)
+    expected = _ref_self_attention(x, w_q, w_k, w_v)  # (..., seq, d_v)
+    mistakes = _known(expected, _attention_mistakes(x, w_q, w_k, w_v))
+    call = (f"self_attention(x, w_q, w_k, w_v) with x {tuple(x.shape)}, "
+            f"w_q/w_k {tuple(w_q.shape)}, w_v {tuple(w_v.shape)}")
+    got = call_student(self_attention, x.clone(), w_q.clone(), w_k.clone(), w_v.clone(),
+                       call=call)
+    expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes,
+                 dtype="float")
+    if got.dtype != x.dtype:
+        raise CheckFailed(f"{call} should keep the dtype of x ({x.dtype}), "
+                          f"got {got.dtype}")
+
+
+def _check_equivariance(self_attention: Callable, seed: int, perm: list[int]) -> None:
+    """SA(P x) = P SA(x), computed with the student's own function twice."""
+    x, w_q, w_k, w_v = _random_inputs(seed, None, len(perm), 6, 4, 3)
+    p = torch.tensor(perm)
+    out = call_student(self_attention, x, w_q, w_k, w_v,
+                       call="self_attention(x, w_q, w_k, w_v)")
+    out_perm = call_student(self_attention, x[p], w_q, w_k, w_v,
+                            call="self_attention(x[perm], w_q, w_k, w_v)")
+    if not isinstance(out, torch.Tensor) or not isinstance(out_perm, torch.Tensor):
+        raise CheckFailed("self_attention should return a torch.Tensor")
+    expect_close(out_perm, out[p],
+                 what=f"permutation equivariance: self_attention(x[perm]) with perm="
+                      f"{perm} should equal self_attention(x)[perm]",
+                 atol=_ATOL, rtol=_RTOL)
+
+
+def check_self_attention(self_attention: Callable) -> None:
+    """Public check: one sequence, one batch, and permutation equivariance."""
+    _check_attention_case(self_attention, 0, None, 5, 4, 3, 2)
+    _check_attention_case(self_attention, 1, 2, 5, 4, 3, 2)
+    _check_equivariance(self_attention, 2, [3, 0, 4, 1, 2])
+    passed("self_attention", public=True)
+
+
+def grade_self_attention(self_attention: Callable) -> None:
+    """Hidden grade: more sizes, one token, batches of 3, float64, equivariance."""
+    cases = [
+        (10, None, 7, 8, 5, 3, torch.float32),
+        (11, 3, 6, 5, 2, 4, torch.float32),
+        (12, None, 1, 4, 3, 2, torch.float32),
+        (13, 2, 9, 6, 6, 6, torch.float32),
+        (14, 4, 3, 7, 2, 5, torch.float64),
+        (15, None, 8, 3, 4, 1, torch.float64),
+    ]
+    for seed, batch, seq, d_model, d_k, d_v, dtype in cases:
+        _check_attention_case(self_attention, seed, batch, seq, d_model, d_k, d_v,
+                              dtype)
+    _check_equivariance(self_attention, 16, [6, 2, 0, 7, 1, 5, 3, 4])
+    _check_equivariance(self_attention, 17, [1, 0, 2])
+    passed("self_attention", public=False,
+           detail=f"{len(cases)} shapes and dtypes, equivariance")
+
+
+def _perm_mistakes(perm: list[int]) -> list[tuple[torch.Tensor, str]]:
+    n = len(perm)
+    p = _ref_permutation_matrix(perm).double()  # (n, n)
+    return [
+        (p.T, "this is the transposed matrix (the inverse permutation): it moves row "
+              "i of x to row perm[i]; the exercise asks for (P @ x)[i] = x[perm[i]], "
+              "so row i of P has its 1 in column perm[i]"),
+        (torch.eye(n, dtype=torch.float64),
+         "this is the identity matrix: it ignores perm"),
+    ]
+
+
+def _check_perm(permutation_matrix: Callable, perm: list[int], as_tensor: bool) -> None:
+    expected = _ref_permutation_matrix(perm)  # (n, n)
+    mistakes = _known(expected, _perm_mistakes(perm))
+    arg = torch.tensor(perm) if as_tensor else list(perm)
+    call = (f"permutation_matrix(torch.tensor({perm}))" if as_tensor
+            else f"permutation_matrix({perm})")
+    got = call_student(permutation_matrix, arg, call=call)
+    if isinstance(got, torch.Tensor) and got.shape == (len(perm),):
+        raise CheckFailed(f"{call} returned a vector of shape {tuple(got.shape)}; "
+                          f"return the ({len(perm)}, {len(perm)}) matrix P with "
+                          "(P @ x)[i] = x[perm[i]]")
+    expect_close(got, expected, what=call, atol=0.0, rtol=0.0, mistakes=mistakes,
+                 dtype="float")
+
+
+def _check_perm_property(permutation_matrix: Callable, perm: list[int]) -> None:
+    """(P @ x)[i] = x[perm[i]] and P^T P = I, with the student's P."""
+    n = len(perm)
+    x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+    expected = x[torch.tensor(perm)]  # (n, 3)
+    call = f"permutation_matrix({perm})"
+    got = call_student(permutation_matrix, list(perm), call=call)
+    if not isinstance(got, torch.Tensor) or not got.is_floating_point():
+        raise CheckFailed(f"{call} should be a floating-point torch.Tensor, so that "
+                          "P @ x works for float x")
+    expect_close(got @ x, expected, what=f"P @ x with P = {call}", atol=1e-6,
+                 rtol=1e-6)
+    expect_close(got.T @ got, torch.eye(n), what=f"P^T P with P = {call}",
+                 atol=1e-6, rtol=1e-6)
+
+
+def check_permutation_matrix(permutation_matrix: Callable) -> None:
+    """Public check: a 4-cycle given as a list and as a tensor."""
+    _check_perm(permutation_matrix, [2, 0, 3, 1], as_tensor=False)
+    _check_perm(permutation_matrix, [1, 2, 0], as_tensor=True)
+    passed("permutation_matrix", public=True)
+
+
+def grade_permutation_matrix(permutation_matrix: Callable) -> None:
+    """Hidden grade: n = 1, identity, swaps, seeded random permutations, property."""
+    g = torch.Generator().manual_seed(2024)
+    randoms = [torch.randperm(n, generator=g).tolist() for n in (6, 9, 12)]
+    perms = [[0], [0, 1, 2], [1, 0], [4, 3, 2, 1, 0], [1, 2, 3, 4, 0], *randoms]
+    for i, perm in enumerate(perms):
+        _check_perm(permutation_matrix, perm, as_tensor=bool(i % 2))
+    _check_perm_property(permutation_matrix, [3, 5, 0, 1, 4, 2])
+    passed("permutation_matrix", public=False, detail=f"{len(perms)} permutations")

@@ -1,0 +1,232 @@
+"""Graders for ex02_sinusoidal: the sinusoidal table and position ids of padded batches.
+
+``check_*`` run in the students' notebooks (public cells); ``grade_*`` run at grading
+(hidden cells). Expected answers come from :mod:`course_lib.sinusoidal`, captured at
+import and computed before the student's function runs. The known wrong answers (the
+concatenated ``[sin | cos]`` layout, an exponent off by a factor of 2, sin and cos
+swapped, padding counted from 1, ...) are computed here so that a wrong answer is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from course_lib.sinusoidal import (
+    position_ids_from_attention_mask as _ref_position_ids_from_attention_mask,
+)
+from course_lib.sinusoidal import sinusoidal_encoding as _ref_sinusoidal_encoding
+
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    expect_equal,
+    passed,
+)
+
+__all__ = [
+    "check_position_ids_from_attention_mask",
+    "check_sinusoidal_encoding",
+    "grade_position_ids_from_attention_mask",
+    "grade_sinusoidal_encoding",
+]
+
+# Students compute angles in float32: p * omega loses ~1e-5 at p ~ 100.
+_ATOL = 1e-4
+_RTOL = 1e-4
+
+
+def _known(
+    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
+) -> list[Mistake]:
+    """The known wrong answers that differ from the expected one (for d_model = 2
+    several wrong exponents coincide with the right one)."""
+    out = []
+    for answer, explanation in pairs:
+        same = answer.shape == expected.shape and torch.allclose(
+            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+        )
+        if not same:
+            out.append(Mistake(answer, explanation))
+    return out
+
+
+def _table(max_len: int, omega: torch.Tensor, *, first: int = 0,
+           swap: bool = False, concat: bool = False) -> torch.Tensor:
+    """A sinusoid table from arbitrary frequencies, for building wrong answers."""
+    pos = torch.arange(first, first + max_len, dtype=torch.float64)
+    angles = pos[:, None] * omega[None, :]  # (max_len, d/2)
+    a, b = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
+    if concat:
+        return torch.cat((a, b), dim=-1)  # (max_len, d)
+    return torch.stack((a, b), dim=-1).flatten(-2)  # (max_len, d)
+
+
+def _encoding_mistakes(max_len: int, d_model: int) -> list[tuple[torch.Tensor, str]]:
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
+    i = two_i / 2
+    omega = 10000.0 ** (-two_i / d_model)
+    return [
+        (_table(max_len, omega, concat=True),
+         "this is the concatenated [sin | cos] layout (all sines, then all cosines); "
+         "the exercise asks for the interleaved layout: PE[p, 2i] = sin, "
+         "PE[p, 2i+1] = cos"),
+        (_table(max_len, 10000.0 ** (-2 * two_i / d_model)),
+         "the exponent is off by a factor of 2: with the column index 2i already "
+         "even, 10000^(2*(2i)/d) doubles it; the frequency of pair i is "
+         "10000^(-2i/d_model)"),
+        (_table(max_len, 10000.0 ** (-i / d_model)),
+         "the exponent is off by a factor of 2: it uses i instead of 2i "
+         "(10000^(i/d_model)); the frequency of pair i is 10000^(-2i/d_model)"),
+        (_table(max_len, omega, swap=True),
+         "sin and cos are swapped: even columns hold sin, odd columns cos"),
+        (_table(max_len, omega, swap=True, concat=True),
+         "this is the [cos | sin] concatenation; the exercise asks for the interleaved "
+         "layout with sin in even columns and cos in odd columns"),
+        (_table(max_len, 10000.0 ** (two_i / d_model)),
+         "the exponent has the wrong sign: p is multiplied by 10000^(2i/d) instead "
+         "of divided by it, so the frequencies grow instead of shrinking"),
+        (_table(max_len, omega, first=1),
+         "the positions start at 1; the first row is position 0 "
+         "(sin 0 = 0, cos 0 = 1)"),
+    ]
+
+
+def _encoding_properties(got: torch.Tensor, what: str) -> None:
+    """Bounded, starts with [0, 1, 0, 1, ...], sin^2 + cos^2 = 1 per pair."""
+    got = got.double()
+    if bool((got.abs() > 1 + 1e-6).any()):
+        idx = tuple(int(v) for v in (got.abs() > 1 + 1e-6).nonzero()[0])
+        raise CheckFailed(f"{what}[{idx[0]}, {idx[1]}] = {got[idx].item():.6g}: every "
+                          "entry is a sine or cosine, so it lies in [-1, 1]")
+    first = torch.zeros(got.shape[1], dtype=torch.float64)
+    first[1::2] = 1.0
+    if not torch.allclose(got[0], first, atol=_ATOL):
+        raise CheckFailed(f"{what}: row 0 (position 0) should be [0, 1, 0, 1, ...] "
+                          f"(sin 0 = 0, cos 0 = 1), got {got[0, :6].tolist()} ...")
+    norms = got[:, 0::2] ** 2 + got[:, 1::2] ** 2  # (max_len, d/2)
+    if not torch.allclose(norms, torch.ones_like(norms), atol=1e-4):
+        p, i = (int(v) for v in (~torch.isclose(norms, torch.ones_like(norms),
+                                                 atol=1e-4)).nonzero()[0])
+        raise CheckFailed(f"{what}: columns (2i, 2i+1) must be a (sin, cos) pair of "
+                          "the same angle, so PE[p, 2i]^2 + PE[p, 2i+1]^2 = 1; "
+                          f"for p={p}, i={i} it is {norms[p, i].item():.6g}")
+
+
+def _check_encoding(sinusoidal_encoding: Callable, max_len: int, d_model: int, *,
+                    properties: bool) -> torch.Tensor:
+    expected = _ref_sinusoidal_encoding(max_len, d_model)  # (max_len, d_model)
+    mistakes = _known(expected, _encoding_mistakes(max_len, d_model))
+    call = f"sinusoidal_encoding({max_len}, {d_model})"
+    got = call_student(sinusoidal_encoding, max_len, d_model, call=call)
+    if properties and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        for m in mistakes:
+            if torch.allclose(got.double(), m.answer.double(), atol=_ATOL, rtol=_RTOL):
+                raise CheckFailed(f"{call} is wrong in a known way: {m.explanation}")
+        _encoding_properties(got, call)
+    expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL,
+                 mistakes=mistakes, dtype="float")
+    return got
+
+
+def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
+    """Public check: two small tables, compared entry by entry."""
+    _check_encoding(sinusoidal_encoding, 6, 4, properties=True)
+    _check_encoding(sinusoidal_encoding, 10, 8, properties=True)
+    passed("sinusoidal_encoding", public=True)
+
+
+def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
+    """Hidden grade: one position, d_model = 2, wide and long tables, unique rows."""
+    for max_len, d_model in ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64)):
+        _check_encoding(sinusoidal_encoding, max_len, d_model, properties=True)
+    got = _check_encoding(sinusoidal_encoding, 200, 32, properties=True).double()
+    distances = torch.cdist(got, got) + torch.eye(200, dtype=torch.float64)  # (L, L)
+    if bool((distances < 1e-3).any()):
+        p, q = (int(v) for v in (distances < 1e-3).nonzero()[0])
+        raise CheckFailed(f"sinusoidal_encoding(200, 32): rows {p} and {q} are equal; "
+                          "every position must get its own encoding")
+    passed("sinusoidal_encoding", public=False, detail="7 table sizes")
+
+
+def _padding_mistakes(mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+    m = mask.long()
+    csum = m.cumsum(dim=-1)  # (batch, seq)
+    arange = torch.arange(m.shape[-1]).expand_as(m)  # (batch, seq)
+    return [
+        (csum * m, "the positions are counted from 1; the first real token of each "
+                   "row is position 0"),
+        (csum, "the positions are counted from 1 and padding is not set to 0"),
+        (csum - 1, "padding positions are not 0: (cumsum - 1) gives -1 on left "
+                   "padding; multiply by the mask (or clamp) so padding gets 0"),
+        ((csum - 1).clamp(min=0),
+         "padding positions are not 0: clamping cumsum - 1 fixes left padding but "
+         "right padding keeps the last position; multiply by the mask"),
+        ((csum - 1).masked_fill(m == 0, 1),
+         "padding gets position 1 (the Hugging Face convention); here padding "
+         "positions are 0"),
+        (arange * m,
+         "this only works for right padding: counting from the start of the row "
+         "ignores left padding; the first real token must get position 0 (use a "
+         "cumulative sum of the mask)"),
+        (arange.clone(), "the mask is ignored: positions 0, 1, 2, ... for every slot"),
+    ]
+
+
+_PUBLIC_MASKS = [
+    [[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]],
+    [[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]],
+]
+
+
+def _hidden_masks() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    masks = [
+        torch.ones(1, 6, dtype=torch.long),
+        torch.tensor([[0, 0, 0, 0]]),
+        torch.tensor([[1]]),
+        torch.tensor([[0, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1]]),
+    ]
+    seq = 11
+    left = torch.randint(0, seq, (5,), generator=g)
+    right = torch.randint(0, seq, (5,), generator=g)
+    pos = torch.arange(seq)
+    real = (pos[None, :] >= left[:, None]) & (pos[None, :] < seq - right[:, None])
+    masks.append(real.long())  # (5, seq) left and right padding, some rows empty
+    masks.append(torch.tensor([[False, True, True], [True, True, False]]))
+    masks.append(torch.tensor([[0, 0, 1, 1, 1, 1, 1]], dtype=torch.int32))
+    return masks
+
+
+def _check_position_ids(position_ids_from_attention_mask: Callable,
+                        mask: torch.Tensor) -> None:
+    expected = _ref_position_ids_from_attention_mask(mask)  # (batch, seq)
+    mistakes = [Mistake(a, e) for a, e in _padding_mistakes(mask)
+                if not torch.equal(a, expected)]
+    rows = mask.long().tolist() if mask.dtype != torch.bool else mask.tolist()
+    call = f"position_ids_from_attention_mask(torch.tensor({rows}))"
+    got = call_student(position_ids_from_attention_mask, mask.clone(), call=call)
+    expect_equal(got, expected, what=call, mistakes=mistakes)
+
+
+def check_position_ids_from_attention_mask(
+    position_ids_from_attention_mask: Callable,
+) -> None:
+    """Public check: a left- and right-padded batch, and a batch of left padding."""
+    for rows in _PUBLIC_MASKS:
+        _check_position_ids(position_ids_from_attention_mask, torch.tensor(rows))
+    passed("position_ids_from_attention_mask", public=True)
+
+
+def grade_position_ids_from_attention_mask(
+    position_ids_from_attention_mask: Callable,
+) -> None:
+    """Hidden grade: no padding, all padding, length 1, both sides, bool and int32."""
+    masks = _hidden_masks()
+    for mask in masks:
+        _check_position_ids(position_ids_from_attention_mask, mask)
+    passed("position_ids_from_attention_mask", public=False,
+           detail=f"{len(masks)} masks")

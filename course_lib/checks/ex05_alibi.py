@@ -1,0 +1,215 @@
+"""Graders for ex05_alibi: ALiBi head slopes and the linear distance bias.
+
+``check_*`` run in the students' notebooks (public cells); ``grade_*`` run at grading
+(hidden cells). Expected answers come from :mod:`course_lib.alibi`, captured at import
+and computed before the student's function runs; the known wrong answers (slopes that
+are only right for powers of two, a positive bias, the Bloom ``+m*j`` form, ...) are
+computed here so that a wrong answer is named, not just reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from course_lib.alibi import alibi_bias as _ref_alibi_bias
+from course_lib.alibi import alibi_slopes as _ref_alibi_slopes
+
+from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+
+__all__ = [
+    "check_alibi_bias",
+    "check_alibi_slopes",
+    "grade_alibi_bias",
+    "grade_alibi_slopes",
+]
+
+_ATOL = 1e-6
+_RTOL = 1e-4
+
+
+def _known(
+    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
+) -> list[Mistake]:
+    """The known wrong answers that differ from the expected one (a power-of-two
+    formula *is* right for 8 heads, so it must not be reported there)."""
+    out = []
+    for answer, explanation in pairs:
+        same = answer.shape == expected.shape and torch.allclose(
+            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+        )
+        if not same:
+            out.append(Mistake(answer, explanation))
+    return out
+
+
+def _power_of_two_only_slopes(n: int) -> torch.Tensor:
+    h = torch.arange(1, n + 1, dtype=torch.float64)
+    return 2.0 ** (-8.0 * h / n)  # (n,)
+
+
+def _slope_mistakes(n: int) -> list[tuple[torch.Tensor, str]]:
+    """Wrong slope rules students write, as ``(slopes, explanation)``."""
+    ref = _ref_alibi_slopes(n).double()
+    h = torch.arange(n, dtype=torch.float64)
+    closest = 1 << (n.bit_length() - 1)
+    pairs = [
+        (
+            _power_of_two_only_slopes(n),
+            f"these slopes 2^(-8h/n) are only right when the number of heads is a "
+            f"power of two; for {n} heads take the {closest} slopes of {closest} "
+            f"heads, then every other slope of the {2 * closest}-head sequence, "
+            f"2^(-8(2j+1)/{2 * closest}) for j = 0, 1, ...",
+        ),
+        (
+            2.0 ** (-8.0 * h / n),
+            "the slopes start at 2^0 = 1: the first slope is 2^(-8/n) "
+            "(h counts from 1)",
+        ),
+        (
+            ref.flip(0),
+            "the right slopes in reversed order: the first head has the largest slope",
+        ),
+        (
+            ref.sort(descending=True).values,
+            "the right slopes, but sorted: keep the paper's order, the slopes of the "
+            "closest power of two first, then the extra ones",
+        ),
+        (
+            _power_of_two_only_slopes(2 * closest)[:n] if n != closest else ref,
+            f"these are the first {n} slopes of {2 * closest} heads (rounding the head "
+            "count up to a power of two); the paper rounds down and fills in with "
+            "every other slope of the doubled sequence",
+        ),
+        (
+            torch.cat([ref[:closest], _power_of_two_only_slopes(2 * closest)[1::2]])[
+                :n
+            ],
+            "the extra slopes are every other slope of the doubled sequence starting "
+            "with the SECOND one, which repeats slopes you already have; start "
+            "with the first, 2^(-8(2j+1)/(2c)) where c is the largest power of two "
+            "below the number of heads",
+        ),
+    ]
+    return pairs
+
+
+def _check_slopes(alibi_slopes: Callable, n: int) -> None:
+    expected = _ref_alibi_slopes(n)  # (n,)
+    mistakes = _known(expected, _slope_mistakes(n))
+    got = call_student(alibi_slopes, n, call=f"alibi_slopes({n})")
+    expect_close(got, expected, what=f"alibi_slopes({n})", atol=_ATOL, rtol=_RTOL,
+                 mistakes=mistakes, dtype="float")
+
+
+def check_alibi_slopes(alibi_slopes: Callable) -> None:
+    """Public check: slopes for 8 and 4 heads (powers of two)."""
+    for n in (8, 4):
+        _check_slopes(alibi_slopes, n)
+    passed("alibi_slopes", public=True)
+
+
+def grade_alibi_slopes(alibi_slopes: Callable) -> None:
+    """Hidden grade: 1 head, powers of two and other head counts (6, 12, 24, ...)."""
+    for n in (1, 2, 3, 5, 6, 8, 12, 16, 24, 32):
+        _check_slopes(alibi_slopes, n)
+    passed("alibi_slopes", public=False, detail="10 head counts")
+
+
+def _bias_from_slopes(slopes: torch.Tensor, seq_len: int) -> torch.Tensor:
+    pos = torch.arange(seq_len, dtype=torch.float64)
+    distance = (pos[:, None] - pos[None, :]).abs()  # (seq, seq)
+    return -slopes.double()[:, None, None] * distance  # (heads, seq, seq)
+
+
+def _bias_mistakes(n: int, seq_len: int) -> list[tuple[torch.Tensor, str]]:
+    slopes = _ref_alibi_slopes(n).double()[:, None, None]  # (n, 1, 1)
+    pos = torch.arange(seq_len, dtype=torch.float64)
+    i, j = pos[:, None], pos[None, :]  # (seq, 1), (1, seq)
+    expected = -slopes * (i - j).abs()
+    causal = expected.masked_fill(j > i, float("-inf"))
+    return [
+        (-expected, "the bias is positive (+m|i-j|): distant keys must be penalised, "
+                    "so the bias is -m_h |i - j|"),
+        ((slopes * j).expand(n, seq_len, seq_len),
+         "this is the Bloom form +m_h * j; it equals -m_h (i - j) after the softmax "
+         "only under a causal mask, and the exercise asks for -m_h |i - j|"),
+        ((-slopes * (i - j)).expand(n, seq_len, seq_len),
+         "-m_h (i - j) without the absolute value: keys after the query get a "
+         "positive bias; use |i - j|"),
+        ((-slopes * (j - i)).expand(n, seq_len, seq_len),
+         "-m_h (j - i) without the absolute value; use |i - j|"),
+        (causal, "a causal mask (-inf above the diagonal) was applied; the exercise "
+                 "asks for the symmetric bias -m_h |i - j| without -inf"),
+        (_bias_from_slopes(_power_of_two_only_slopes(n), seq_len),
+         "the bias uses slopes 2^(-8h/n) that are only right for a power-of-two "
+         "number of heads: fix alibi_slopes first"),
+        (_bias_from_slopes(_ref_alibi_slopes(n).flip(0), seq_len),
+         "the slopes are assigned to the heads in reversed order: head 0 has the "
+         "largest slope"),
+        ((-(i - j).abs()).expand(n, seq_len, seq_len),
+         "the distance is not multiplied by the head's slope m_h"),
+        (expected.permute(1, 2, 0),
+         "the axes are (seq, seq, heads); the bias must be "
+         "(n_heads, seq_len, seq_len)"),
+    ]
+
+
+def _raise_if_known(got: object, mistakes: list[Mistake], what: str) -> None:
+    for m in mistakes:
+        if (
+            isinstance(got, torch.Tensor)
+            and got.shape == m.answer.shape
+            and torch.allclose(got.double(), m.answer.double(), atol=_ATOL, rtol=_RTOL,
+                               equal_nan=True)
+        ):
+            raise CheckFailed(f"{what} is wrong in a known way: {m.explanation}")
+
+
+def _bias_properties(got: torch.Tensor, what: str) -> None:
+    """The defining properties of -m_h |i - j|, with messages in their terms."""
+    got = got.double()
+    diag = got.diagonal(dim1=-2, dim2=-1)  # (heads, seq)
+    if bool((diag != 0).any()):
+        h, i = (int(v) for v in (diag != 0).nonzero()[0])
+        raise CheckFailed(f"{what}[{h}, {i}, {i}] should be 0 (a token is at "
+                          f"distance 0 from itself), got {diag[h, i].item():.6g}")
+    if bool((got > 0).any()):
+        h, i, j = (int(v) for v in (got > 0).nonzero()[0])
+        raise CheckFailed(f"{what}[{h}, {i}, {j}] = {got[h, i, j].item():.6g} is "
+                          "positive; an ALiBi bias only penalises (-m_h |i - j| <= 0)")
+    asym = ~torch.isclose(got, got.transpose(-1, -2), atol=_ATOL, rtol=_RTOL)
+    if bool(asym.any()):
+        h, i, j = (int(v) for v in asym.nonzero()[0])
+        raise CheckFailed(f"{what} should be symmetric in (i, j) because it depends "
+                          f"on |i - j|: entry {(h, i, j)} is {got[h, i, j].item():.6g} "
+                          f"but entry {(h, j, i)} is {got[h, j, i].item():.6g}")
+
+
+def _check_bias(alibi_bias: Callable, n: int, seq_len: int, *,
+                properties: bool = False) -> None:
+    expected = _ref_alibi_bias(n, seq_len)  # (n, seq, seq)
+    mistakes = _known(expected, _bias_mistakes(n, seq_len))
+    call = f"alibi_bias({n}, {seq_len})"
+    got = call_student(alibi_bias, n, seq_len, call=call)
+    if properties and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        _raise_if_known(got, mistakes, call)
+        _bias_properties(got, call)
+    expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL,
+                 mistakes=mistakes, dtype="float")
+
+
+def check_alibi_bias(alibi_bias: Callable) -> None:
+    """Public check: 4 heads and 8 heads on short sequences."""
+    for n, seq_len in ((4, 5), (8, 6)):
+        _check_bias(alibi_bias, n, seq_len, properties=True)
+    passed("alibi_bias", public=True)
+
+
+def grade_alibi_bias(alibi_bias: Callable) -> None:
+    """Hidden grade: 1 head, 6 and 12 heads, odd/even lengths, length 1, properties."""
+    cases = ((12, 9), (1, 4), (2, 1), (6, 7), (12, 8), (16, 3), (3, 10))
+    for n, seq_len in cases:
+        _check_bias(alibi_bias, n, seq_len, properties=True)
+    passed("alibi_bias", public=False, detail=f"{len(cases)} (heads, length) cases")
