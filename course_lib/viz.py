@@ -205,7 +205,7 @@ def plot_wavelengths(
     *,
     base: float = 10000.0,
     max_len: int = 100,
-    columns: Sequence[int] = (0, 2, 10, 30),
+    columns: Sequence[int] = (0, 12, 24, 48),
 ) -> Figure:
     r"""A few columns of :math:`PE` over positions, and the wavelength of every pair.
 
@@ -237,7 +237,9 @@ def plot_wavelengths(
     left, right = fig.subplots(1, 2, width_ratios=(1.25, 1))
     for c in columns:
         kind = "sin" if c % 2 == 0 else "cos"
-        left.plot(pe[:, c].numpy(), label=f"column {c} ({kind}, pair {c // 2})", lw=1.3)
+        lam = 2 * math.pi / omega[c // 2].item()
+        left.plot(pe[:, c].numpy(), lw=1.0 if c < 2 else 1.5,
+                  label=f"column {c} ({kind}), $\\lambda$ = {lam:.3g}")
     left.set_xlabel("position $p$")
     left.set_ylabel("$PE_{p,j}$")
     left.set_title("Columns of the table over positions")
@@ -296,8 +298,7 @@ def plot_dot_product_vs_distance(
 
     fig = _figure(8.0, 3.2)
     left, right = fig.subplots(1, 2)
-    im = left.imshow(gram, cmap=_DIVERGING, vmin=-d_model / 2, vmax=d_model / 2,
-                     interpolation="nearest")
+    im = left.imshow(gram, cmap="viridis", interpolation="nearest")
     left.set_xlabel("position $q$")
     left.set_ylabel("position $p$")
     left.set_title(r"$PE_p \cdot PE_q$ (constant along diagonals)")
@@ -405,35 +406,47 @@ def plot_offset_rotation(
                @ pe[list(positions)].T).T  # (len(positions), d_model)
 
     n_pairs = d_model // 2
-    fig = _figure(3.2 * n_pairs, 3.3)
+    fig = _figure(3.3 * n_pairs, 3.7)
     axes = np.atleast_1d(fig.subplots(1, n_pairs))
-    circle = np.linspace(0, 2 * np.pi, 200)
+    circle = np.linspace(0, 2 * np.pi, 400)
     colors = matplotlib.colormaps["tab10"]
     for i, ax in enumerate(axes):
-        ax.plot(pe[: max_pos + 1, 2 * i].numpy(), pe[: max_pos + 1, 2 * i + 1].numpy(),
-                "o", ms=4, color="0.35", zorder=3)
+        dots = pe[: max_pos + 1, 2 * i : 2 * i + 2].numpy()  # (max_pos + 1, 2)
+        ax.plot(dots[:, 0], dots[:, 1], "o", ms=4, color="0.35", zorder=3)
         ax.plot(np.sin(circle), np.cos(circle), color="0.8", lw=0.8, zorder=1)
-        for p in range(max_pos + 1):
-            s, c = pe[p, 2 * i].item(), pe[p, 2 * i + 1].item()
-            ax.annotate(str(p), (s, c), xytext=(1.16 * s, 1.16 * c), ha="center",
-                        va="center", fontsize=7, color="0.35")
+        for p, (s, c) in enumerate(dots):
+            ax.annotate(str(p), (s, c), xytext=(9 * s, 9 * c),
+                        textcoords="offset points", ha="center", va="center",
+                        fontsize=7, color="0.35")
+        ends = []
         for n, p in enumerate(positions):
             start = pe[p, 2 * i : 2 * i + 2].numpy()
             end = shifted[n, 2 * i : 2 * i + 2].numpy()
+            ends.append(end)
             ax.add_patch(FancyArrowPatch(
                 tuple(start), tuple(end), arrowstyle="-|>", mutation_scale=10,
                 color=colors(n % 10), lw=1.4, zorder=4,
                 connectionstyle="arc3,rad=-0.25",
                 label=f"$p={p} \\to {p + k}$"))
         omega = base ** (-2 * i / d_model)
-        ax.set_title(f"pair $i={i}$: $\\omega_{i}={omega:.3g}$, "
-                     f"angle $k\\omega_{i}={k * omega:.3g}$ rad")
+        ax.set_title(f"pair {i}: $\\omega_{i}$ = {omega:.3g} rad per position\n"
+                     f"turn by $k\\omega_{i}$ = {k * omega:.3g} rad")
         ax.set_xlabel(f"$PE_{{p,{2 * i}}} = \\sin(p\\,\\omega_{i})$")
         ax.set_ylabel(f"$PE_{{p,{2 * i + 1}}} = \\cos(p\\,\\omega_{i})$")
         ax.set_aspect("equal")
-        ax.set_xlim(-1.35, 1.35)
-        ax.set_ylim(-1.35, 1.35)
-    axes[0].legend(loc="center", fontsize=7, framealpha=0.9)
+        pts = np.concatenate((dots, np.array(ends)))
+        lo, hi = pts.min(0), pts.max(0)
+        if (hi - lo).max() < 0.5:  # a slow pair: zoom in on the short arc it covers
+            mid, half = (lo + hi) / 2, max((hi - lo).max() * 0.75, 0.01)
+            ax.set_xlim(mid[0] - half, mid[0] + half)
+            ax.set_ylim(mid[1] - half, mid[1] + half)
+            ax.set_title(ax.get_title() + " (zoomed in)")
+        else:
+            ax.set_xlim(-1.35, 1.35)
+            ax.set_ylim(-1.35, 1.35)
+    handles = axes[0].patches
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+               fontsize=8)
     fig.suptitle(f"$PE_{{p+{k}}} = M({k})\\,PE_p$: every pair turns by a fixed angle",
                  fontsize=10)
     return fig
@@ -492,14 +505,15 @@ def plot_rope_pairing(head_dim: int = 8) -> Figure:
                                        alpha=0.85))
                 ax.text(j, 0, f"{j}", ha="center", va="center", color="white",
                         fontsize=8, fontweight="bold")
-            ax.add_patch(FancyArrowPatch(
-                (a, 0.45), (b, 0.45), arrowstyle="<->", mutation_scale=7,
-                connectionstyle=f"arc3,rad=-{0.5 if b - a > 1 else 0.9}", color=color,
-                lw=1.2))
-            ax.text((a + b) / 2, 0.55 + 0.12 * (b - a), f"$\\theta_{idx}$",
-                    ha="center", va="bottom", fontsize=7, color=color)
+            height = 0.35 + (0.18 * idx if b - a > 1 else 0.0)
+            t = np.linspace(0, 1, 60)
+            ax.plot(a + (b - a) * t, 0.42 + height * np.sin(np.pi * t), color=color,
+                    lw=1.3)
+            ax.text((a + b) / 2 + (0.25 if b - a > 1 else 0), 0.45 + height,
+                    f"$\\theta_{idx}$", ha="center", va="bottom", fontsize=7.5,
+                    color=color)
         ax.set_xlim(-0.7, head_dim - 0.3)
-        ax.set_ylim(-0.55, 0.9 + 0.13 * head_dim)
+        ax.set_ylim(-0.55, 1.2 + 0.18 * (head_dim // 2 - 1))
         ax.set_yticks([])
         ax.set_xticks(range(head_dim))
         ax.set_xlabel("dimension of the query/key vector")
@@ -612,7 +626,7 @@ def plot_rope_decay(
         score = rotated @ rotated[0] / head_dim  # (R,): <R_0 1, R_r 1> / d
         right.plot(r.numpy(), score.numpy(), lw=1.2, label=f"base {base:g}")
     left.set_xlabel("relative distance $r$")
-    left.set_ylabel(r"$\frac{2}{d}\sum_j |S_j|$")
+    left.set_ylabel(r"mean of $|S_j|$ over $j$")
     left.set_title(f"RoFormer's upper bound ($d={head_dim}$)")
     right.set_xlabel("relative distance $r$")
     right.set_ylabel(r"$\langle R_m \mathbf{1}, R_{m+r} \mathbf{1}\rangle / d$")
@@ -660,24 +674,28 @@ def plot_alibi_bias(
             fail(fn, f"heads must be in 0..{n_heads - 1}, got {heads}")
     bias = alibi_bias(n_heads, seq_len, causal=causal)  # (H, L, L)
     slopes = alibi_slopes(n_heads)
-    lowest = float(bias[bias.isfinite()].min())
 
-    fig = _figure(2.3 * len(heads) + 2.6, 2.9)
+    fig = _figure(2.7 * len(heads) + 2.4, 2.9)
     axes = fig.subplots(1, len(heads) + 1)
     for ax, h in zip(axes[:-1], heads, strict=True):
         b = bias[h].numpy()
-        im = ax.imshow(np.where(np.isfinite(b), b, np.nan), cmap="magma", vmin=lowest,
-                       vmax=0, interpolation="nearest")
+        # each head on its own colour scale: the slopes differ by up to 2^7
+        im = ax.imshow(np.where(np.isfinite(b), b, np.nan), cmap="magma",
+                       vmin=float(b[np.isfinite(b)].min()), vmax=0,
+                       interpolation="nearest")
+        fig.colorbar(im, ax=ax, shrink=0.8)
         ax.set_title(f"head {h}: $m = 2^{{{math.log2(slopes[h]):.3g}}}$")
+        ax.set_xticks(range(0, seq_len, 2))
+        ax.set_yticks(range(0, seq_len, 2))
         ax.set_xlabel("key $j$")
         ax.set_ylabel("query $i$")
-    fig.colorbar(im, ax=list(axes[:-1]), shrink=0.8, label="bias $-m_h|i-j|$")
     last = axes[-1]
     last.plot(range(n_heads), slopes.numpy(), "o-", ms=3)
     last.set_yscale("log", base=2)
     last.set_xlabel("head $h$")
     last.set_ylabel("slope $m_h$")
     last.set_title(f"slopes, {n_heads} heads")
+    fig.suptitle("ALiBi bias $-m_h|i-j|$ added to the attention scores", fontsize=10)
     return fig
 
 
