@@ -38,14 +38,17 @@ from ._validate import (
 __all__ = ["DAAttention", "da_attention", "da_rescale"]
 
 
-def _as_float(fn: str, name: str, x: object, like: torch.Tensor | None) -> torch.Tensor:
+def _check_real(fn: str, name: str, x: object) -> object:
     if isinstance(x, bool) or not isinstance(x, int | float | torch.Tensor):
         fail(fn, f"{name} must be a number or a tensor, got {describe(x)}", TypeError)
     if isinstance(x, torch.Tensor) and (x.is_complex() or x.dtype == torch.bool):
         fail(fn, f"{name} must be real, got {describe(x)}", TypeError)
-    dtype = like.dtype if like is not None else torch.get_default_dtype()
-    t = torch.as_tensor(x)
-    return t.to(t.dtype if t.is_floating_point() else dtype)
+    return x
+
+
+def _softplus(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 + e^x)`` without overflow and without a linear cut-off."""
+    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
 
 
 def da_rescale(
@@ -60,8 +63,9 @@ def da_rescale(
         \\hat R = \\frac{1 + e^{v}}{1 + e^{v - wR}}
         = \\exp\\big(\\mathrm{softplus}(v) - \\mathrm{softplus}(v - wR)\\big)
 
-    The softplus form is evaluated: it neither overflows for large ``v`` or ``-wR``
-    nor loses the ratio when both exponentials are huge.
+    The softplus form is evaluated, as ``max(x, 0) + log1p(e^{-|x|})`` (exact, unlike
+    ``F.softplus``, which returns ``x`` itself above 20): it neither overflows for large
+    ``v`` or ``-wR`` nor loses the ratio when both exponentials are huge.
 
     Args:
         distance: distances ``R >= 0`` (integer or float tensor, or a number).
@@ -78,10 +82,23 @@ def da_rescale(
     tensor([1.0000, 1.4621, 1.9999])
     """
     fn = "da_rescale"
-    w_t = _as_float(fn, "w", w, None)
-    v_t = _as_float(fn, "v", v, None)
-    like = w_t if w_t.is_floating_point() else None
-    d_t = _as_float(fn, "distance", distance, like)
+    args = [
+        _check_real(fn, name, x)
+        for name, x in (("distance", distance), ("w", w), ("v", v))
+    ]
+    dtype = torch.get_default_dtype()  # unless a floating tensor asks for more
+    floats = [t.dtype for t in args if isinstance(t, torch.Tensor)]
+    floats = [dt for dt in floats if dt.is_floating_point]
+    if floats:
+        dtype = floats[0]
+        for other in floats[1:]:
+            dtype = torch.promote_types(dtype, other)
+    d_t, w_t, v_t = (
+        torch.as_tensor(t).to(dtype)
+        if isinstance(t, torch.Tensor)
+        else torch.tensor(float(t), dtype=dtype)
+        for t in args
+    )
     try:
         torch.broadcast_shapes(d_t.shape, w_t.shape, v_t.shape)
     except RuntimeError:
@@ -90,7 +107,7 @@ def da_rescale(
             f"distance, w and v must broadcast together, got distance "
             f"{tuple(d_t.shape)}, w {tuple(w_t.shape)}, v {tuple(v_t.shape)}",
         )
-    return torch.exp(F.softplus(v_t) - F.softplus(v_t - w_t * d_t))
+    return torch.exp(_softplus(v_t) - _softplus(v_t - w_t * d_t))
 
 
 def da_attention(
