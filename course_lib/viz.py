@@ -841,3 +841,431 @@ def plot_rel_shift_steps(q_len: int = 3, k_len: int = 5) -> Figure:
         ax.set_xlabel("key $j$" if n == 3 else "column")
         ax.set_ylabel("query $i$" if n in (0, 3) else "row")
     return fig
+
+
+# --------------------------------------------------------------------------------------
+# --- Chapters 5-9 ---: ALiBi slopes and span, relative indices and bias families,
+# Transformer-XL recurrence and score terms, DA-Transformer weights, errata figures
+# --------------------------------------------------------------------------------------
+
+__all__ += [
+    "plot_alibi_attention_decay",
+    "plot_alibi_slopes",
+    "plot_attention_biases",
+    "plot_da_weights",
+    "plot_relative_position_index",
+    "plot_segment_recurrence",
+    "plot_transformer_xl_terms",
+    "plot_wavelength_comparison",
+]
+
+
+@_styled
+def plot_alibi_slopes(head_counts: Sequence[int] = (8, 12, 16)) -> Figure:
+    r"""ALiBi slopes for several head counts on one exponent axis.
+
+    Each row is a model with ``n`` heads; each marker one head, placed at
+    :math:`-\log_2 m_h`. Filled circles are the slopes of the largest power of two
+    :math:`c \le n`; open squares are the extra heads, the odd-numbered slopes of a
+    :math:`2c`-head model.
+
+    Args:
+        head_counts: the head counts drawn, one row each.
+
+    Returns:
+        Figure with one axes; per head count two marker collections (power-of-two
+        part, extra heads) whose x data are :math:`-\log_2` of
+        :func:`~course_lib.alibi.alibi_slopes`.
+    """
+    from .alibi import alibi_slopes
+
+    fn = "plot_alibi_slopes"
+    counts = [require_positive_int(fn, "head_counts", n) for n in head_counts]
+    if not counts:
+        fail(fn, "head_counts must name at least one head count, got an empty sequence")
+    fig = _figure(6.4, 0.55 * len(counts) + 1.4)
+    ax = fig.subplots()
+    for row, n in enumerate(counts):
+        exponent = (-alibi_slopes(n).double().log2()).numpy()
+        c = 1 << (n.bit_length() - 1)
+        ax.plot(exponent[:c], [row] * c, "o", color="C0", ms=6,
+                label="largest power of two $c \\leq n$" if row == 0 else None)
+        if n > c:
+            ax.plot(exponent[c:], [row] * (n - c), "s", mfc="none", color="C3",
+                    ms=7, mew=1.4, label="extra heads (slopes of $2c$ heads)")
+    ax.set_yticks(range(len(counts)), [f"{n} heads" for n in counts])
+    ax.set_ylim(len(counts) - 0.4, -0.8)
+    ax.set_xticks(range(0, 9))
+    ax.grid(axis="x", color="0.85", lw=0.8)
+    ax.set_xlabel(r"$-\log_2 m_h$ (slope $m_h = 2^{-x}$; right = gentler)")
+    ax.set_title("ALiBi head slopes")
+    ax.legend(loc="lower right", ncols=2, framealpha=0.95)
+    return fig
+
+
+@_styled
+def plot_alibi_attention_decay(n_heads: int = 8, seq_len: int = 64) -> Figure:
+    r"""How far each ALiBi head looks when the content is neutral.
+
+    A causal query at the last of ``seq_len`` positions with all dot products equal
+    gets the weights :math:`w(d) \propto e^{-m_h d}` (a truncated geometric
+    distribution over the distance :math:`d`), computed here with
+    :func:`~course_lib.attention.scaled_dot_product_attention` and
+    :func:`~course_lib.alibi.alibi_bias`.
+
+    Args:
+        n_heads: number of heads (all drawn).
+        seq_len: keys seen by the query (distances ``0..seq_len-1``).
+
+    Returns:
+        Figure with two axes, one line per head in each: the weight against the
+        distance (log scale) and the cumulative weight within each distance, with the
+        half-way line.
+    """
+    from .alibi import alibi_bias, alibi_slopes
+    from .attention import scaled_dot_product_attention
+
+    fn = "plot_alibi_attention_decay"
+    n_heads = require_positive_int(fn, "n_heads", n_heads)
+    seq_len = require_positive_int(fn, "seq_len", seq_len)
+    q = torch.zeros(1, n_heads, 1, 2)  # zero queries: every dot product is 0
+    k = torch.ones(1, n_heads, seq_len, 2)
+    bias = alibi_bias(n_heads, 1, seq_len, causal=True)  # (H, 1, L)
+    _, weights = scaled_dot_product_attention(q, k, k, bias=bias)  # (1, H, 1, L)
+    by_distance = weights[0, :, 0].flip(-1).numpy()  # (H, L): column d = distance d
+    slopes = alibi_slopes(n_heads)
+    dist = np.arange(seq_len)
+
+    fig = _figure(8.0, 3.1)
+    left, right = fig.subplots(1, 2)
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, n_heads))
+    for h in range(n_heads):
+        label = f"$m = 2^{{{math.log2(slopes[h]):.3g}}}$"
+        left.plot(dist, by_distance[h], lw=1.2, color=colors[h], label=label)
+        right.plot(dist, by_distance[h].cumsum(), lw=1.2, color=colors[h])
+    left.set_yscale("log")
+    left.set_ylim(max(float(by_distance.min()), 1e-6) / 2, 1.0)
+    left.set_xlabel("distance $d = i - j$")
+    left.set_ylabel("attention weight")
+    left.set_title("weight of each key (neutral content)")
+    left.legend(loc="lower left", ncols=2, fontsize=7)
+    right.axhline(0.5, color="gray", ls=":", lw=1)
+    right.set_ylim(0, 1.02)
+    right.set_xlabel("distance $D$")
+    right.set_ylabel("weight within distance $D$")
+    right.set_title(f"cumulative, last of {seq_len} positions")
+    return fig
+
+
+@_styled
+def plot_relative_position_index(
+    cases: Sequence[tuple[int, int]] = ((6, 6), (2, 6)), max_distance: int = 2
+) -> Figure:
+    r"""Shaw et al.'s clipped relative index, one annotated grid per ``(q_len, k_len)``.
+
+    Entry ``[i, j]`` is :func:`~course_lib.relative.relative_position_index`, the row
+    of the tables :math:`a^K, a^V` used by query ``i`` and key ``j``:
+    :math:`\mathrm{clip}(j - i', -K, K) + K` with :math:`i' = i + L_k - L_q` (queries
+    are the last positions). Row ``K`` of the table is distance 0.
+
+    Args:
+        cases: ``(q_len, k_len)`` pairs, one panel each.
+        max_distance: the clipping distance ``K``.
+
+    Returns:
+        Figure with one heatmap axes per case (image = the index grid) and a colorbar.
+    """
+    from .relative import relative_position_index
+
+    fn = "plot_relative_position_index"
+    cases = [tuple(c) for c in cases]
+    if not cases:
+        fail(fn, "cases must hold at least one (q_len, k_len) pair, got none")
+    max_distance = require_positive_int(fn, "max_distance", max_distance)
+    grids = [relative_position_index(q, k, max_distance) for q, k in cases]
+    fig = _figure(2.0 + 0.55 * sum(k for _, k in cases), 2.9)
+    axes = np.atleast_1d(fig.subplots(1, len(cases),
+                                      width_ratios=[k for _, k in cases]))
+    for ax, (q_len, k_len), grid in zip(axes, cases, grids, strict=True):
+        g = grid.numpy()
+        im = ax.imshow(g, cmap="coolwarm", vmin=0, vmax=2 * max_distance,
+                       interpolation="nearest")
+        _annotate_cells(ax, g.astype(float), fmt="{:.0f}", size=8)
+        ax.set_xticks(range(k_len))
+        ax.set_yticks(range(q_len), [f"{i} ({i + k_len - q_len})"
+                                     for i in range(q_len)])
+        ax.set_xlabel("key $j$")
+        ax.set_ylabel("query $i$ (position $i'$)")
+        ax.set_title(f"$L_q={q_len}$, $L_k={k_len}$, $K={max_distance}$")
+    fig.colorbar(im, ax=list(axes), shrink=0.85,
+                 label=f"table row (row {max_distance} = distance 0)")
+    return fig
+
+
+@_styled
+def plot_attention_biases(
+    biases: dict[str, torch.Tensor], *, cmap: str = "viridis"
+) -> Figure:
+    """Several additive attention biases ``(q_len, k_len)`` side by side.
+
+    Each bias gets its own colour scale (their units differ); ``-inf`` entries
+    (masked keys) are left blank.
+
+    Args:
+        biases: title -> 2-D bias tensor; the caller computes them with the library.
+        cmap: matplotlib colormap.
+
+    Returns:
+        Figure with one heatmap axes per bias (in the order given), each with a
+        colorbar; the images equal the given biases (``nan`` where ``-inf``).
+    """
+    fn = "plot_attention_biases"
+    if not biases:
+        fail(fn, "biases must hold at least one (title, tensor) pair, got none")
+    for title, b in biases.items():
+        if not isinstance(b, torch.Tensor):
+            fail(fn, f"biases[{title!r}] must be a torch.Tensor, "
+                 f"got {type(b).__name__}", TypeError)
+        if b.ndim != 2:
+            fail(fn, f"biases[{title!r}] must be 2-D (q_len, k_len), "
+                 f"got shape {tuple(b.shape)}")
+    fig = _figure(2.35 * len(biases) + 0.4, 2.8)
+    axes = np.atleast_1d(fig.subplots(1, len(biases)))
+    for ax, (title, b) in zip(axes, biases.items(), strict=True):
+        values = b.detach().double().numpy()
+        shown = np.where(np.isfinite(values), values, np.nan)
+        im = ax.imshow(shown, cmap=cmap, interpolation="nearest")
+        fig.colorbar(im, ax=ax, shrink=0.75)
+        ax.set_title(title)
+        ax.set_xlabel("key $j$")
+        ax.set_ylabel("query $i$")
+    return fig
+
+
+def _recurrence_field(
+    seg_len: int, mem_len: int, n_layers: int, n_segments: int
+) -> np.ndarray:
+    """Which inputs of each layer reach the last token (rows: layer 0 = inputs)."""
+    from .transformer_xl import transformer_xl_mask
+
+    total = seg_len * n_segments
+    attend = torch.zeros(total, total, dtype=torch.bool)  # (T, T): query, key
+    for s in range(n_segments):
+        start = s * seg_len
+        mem = min(mem_len, start)
+        block = transformer_xl_mask(seg_len, seg_len + mem)  # (L, M + L)
+        attend[start : start + seg_len, start - mem : start + seg_len] = block
+    field = np.zeros((n_layers + 1, total), dtype=bool)
+    reach = torch.zeros(total, dtype=torch.bool)
+    reach[-1] = True
+    field[n_layers] = reach.numpy()
+    for layer in range(n_layers - 1, -1, -1):
+        reach = (attend & reach[:, None]).any(dim=0) | reach  # residual keeps reach
+        field[layer] = reach.numpy()
+    return field
+
+
+@_styled
+def plot_segment_recurrence(
+    seg_len: int = 4, mem_len: int = 4, *, n_layers: int = 3, n_segments: int = 4
+) -> Figure:
+    """What the last token of a Transformer-XL stack can see, with and without memory.
+
+    Keys of a segment are the cached states of the previous ``mem_len`` positions
+    plus the segment itself, causally masked
+    (:func:`~course_lib.transformer_xl.transformer_xl_mask`). Going down the layers
+    from the last token, every layer extends the reach by up to ``mem_len``
+    positions, so the context grows linearly with depth. Without memory
+    (``mem_len = 0``) it stops at the segment boundary.
+
+    Args:
+        seg_len: tokens per segment.
+        mem_len: cached positions per layer (the right panel).
+        n_layers: layers of the stack.
+        n_segments: segments drawn.
+
+    Returns:
+        Figure with two axes (no memory, with memory); each image is
+        ``(n_layers + 1, seg_len * n_segments)``, 1 where a state reaches the last
+        token.
+    """
+    fn = "plot_segment_recurrence"
+    seg_len = require_positive_int(fn, "seg_len", seg_len)
+    mem_len = require_int(fn, "mem_len", mem_len, minimum=0)
+    n_layers = require_positive_int(fn, "n_layers", n_layers)
+    n_segments = require_positive_int(fn, "n_segments", n_segments)
+    total = seg_len * n_segments
+    fig = _figure(8.0, 1.0 + 0.42 * (n_layers + 1) * 2)
+    axes = fig.subplots(2, 1, sharex=True)
+    panels = (
+        (axes[0], 0, "no memory: context stops at the segment"),
+        (axes[1], mem_len, f"memory of {mem_len} positions per layer"),
+    )
+    for ax, m, title in panels:
+        field = _recurrence_field(seg_len, m, n_layers, n_segments).astype(float)
+        ax.imshow(field, cmap="Blues", vmin=0, vmax=1.3, origin="lower",
+                  aspect="auto", interpolation="nearest")
+        for s in range(1, n_segments):
+            ax.axvline(s * seg_len - 0.5, color="k", lw=1.2)
+        ax.set_xticks(np.arange(total) + 0.5, minor=True)
+        ax.set_yticks(np.arange(n_layers + 1) + 0.5, minor=True)
+        ax.grid(which="minor", color="white", lw=1)
+        ax.tick_params(which="minor", length=0)
+        ax.plot(total - 1, n_layers, "*", color="C3", ms=11)
+        ax.set_yticks(range(n_layers + 1),
+                      ["input"] + [f"layer {n}" for n in range(1, n_layers + 1)])
+        ax.set_title(title + f" (segments of {seg_len}; star = last token)")
+    axes[1].set_xlabel("position (segment boundaries in black)")
+    return fig
+
+
+@_styled
+def plot_transformer_xl_terms(
+    q_len: int = 6, mem_len: int = 4, head_dim: int = 16, *, seed: int = 0
+) -> Figure:
+    r"""The four terms of the Transformer-XL score for one head, as heatmaps.
+
+    With random queries, keys and global biases and the projected sinusoids of
+    :func:`~course_lib.transformer_xl.relative_sinusoidal_embedding`: (a)
+    :math:`q_i \cdot k_j`, (b) :math:`q_i \cdot r_{i-j}`, (c) :math:`u \cdot k_j`,
+    (d) :math:`v \cdot r_{i-j}`, the position terms aligned with
+    :func:`~course_lib.transformer_xl.rel_shift`. Term (c) is constant down each
+    column (it ignores the query), term (d) constant along each diagonal (it sees
+    only the distance). Keys after the query are blank.
+
+    Args:
+        q_len: queries (the current segment).
+        mem_len: memory positions before it.
+        head_dim: width of the head.
+        seed: seed of the random tensors.
+
+    Returns:
+        Figure with four heatmap axes, each ``(q_len, mem_len + q_len)``.
+    """
+    from .transformer_xl import (
+        rel_shift,
+        relative_sinusoidal_embedding,
+        transformer_xl_mask,
+    )
+
+    fn = "plot_transformer_xl_terms"
+    q_len = require_positive_int(fn, "q_len", q_len)
+    mem_len = require_int(fn, "mem_len", mem_len, minimum=0)
+    head_dim = require_positive_int(fn, "head_dim", head_dim)
+    k_len = q_len + mem_len
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(q_len, head_dim, generator=g)
+    k = torch.randn(k_len, head_dim, generator=g)
+    u, v = torch.randn(2, head_dim, generator=g)
+    w_r = torch.randn(head_dim, 2 * ((head_dim + 1) // 2), generator=g) / math.sqrt(
+        head_dim)
+    r = relative_sinusoidal_embedding(k_len, w_r.shape[1]) @ w_r.T  # (Lk, D)
+    terms = (
+        (q @ k.T, "(a) content $q_i\\cdot k_j$"),
+        (rel_shift(q @ r.T), "(b) content-position $q_i\\cdot r_{i-j}$"),
+        ((u @ k.T).expand(q_len, k_len), "(c) global content $u\\cdot k_j$"),
+        (rel_shift((v @ r.T).expand(q_len, k_len).contiguous()),
+         "(d) global position $v\\cdot r_{i-j}$"),
+    )
+    visible = transformer_xl_mask(q_len, k_len).numpy()
+    fig = _figure(9.0, 2.6)
+    axes = fig.subplots(1, 4)
+    for ax, (values, title) in zip(axes, terms, strict=True):
+        shown = np.where(visible, values.numpy(), np.nan)
+        lim = float(np.nanmax(np.abs(shown)))
+        ax.imshow(shown, cmap=_DIVERGING, vmin=-lim, vmax=lim, interpolation="nearest")
+        ax.axvline(mem_len - 0.5, color="k", lw=1)
+        ax.set_xticks(range(0, k_len, 2 if k_len > 6 else 1))
+        ax.set_yticks(range(q_len))
+        ax.set_title(title, fontsize=8.5)
+        ax.set_xlabel("key $j$ (memory | segment)")
+        ax.set_ylabel("query $i$")
+    return fig
+
+
+@_styled
+def plot_da_weights(
+    ws: Sequence[float] = (-0.5, 0.0, 0.5),
+    v: float = 1.0,
+    *,
+    seq_len: int = 21,
+    score: float = 2.0,
+) -> Figure:
+    r"""DA-Transformer attention of the middle query for several ``w``.
+
+    Every query-key product equals ``score`` (so only the distance matters), and
+    :func:`~course_lib.da.da_attention` rescales it by :math:`\hat R` before the
+    softmax: negative ``w`` concentrates the weight near the query, positive ``w``
+    spreads it to distant keys.
+
+    Args:
+        ws: slopes ``w``, one line each (the same for every head).
+        v: the bound ``v``.
+        seq_len: number of positions; the middle one is the query drawn.
+        score: the common value of :math:`q \cdot k` (before the :math:`1/\sqrt d`).
+
+    Returns:
+        Figure with one axes and one line per ``w`` (x = key positions, y = weights).
+    """
+    from .da import da_attention
+
+    fn = "plot_da_weights"
+    seq_len = require_positive_int(fn, "seq_len", seq_len)
+    ws = [float(w) for w in ws]
+    if not ws:
+        fail(fn, "ws must hold at least one slope, got none")
+    n = len(ws)
+    q = torch.full((1, n, seq_len, 1), math.sqrt(abs(score)), dtype=torch.float64)
+    k = q * (1.0 if score >= 0 else -1.0)  # q . k = score for every pair
+    values = torch.zeros(1, n, seq_len, 1, dtype=torch.float64)
+    _, weights = da_attention(q, k, values, torch.tensor(ws, dtype=torch.float64),
+                              torch.full((n,), float(v), dtype=torch.float64))
+    mid = seq_len // 2
+    fig = _figure(6.4, 3.0)
+    ax = fig.subplots()
+    for h, w in enumerate(ws):
+        ax.plot(range(seq_len), weights[0, h, mid].numpy(), "o-", ms=3, lw=1.2,
+                label=f"$w={w:g}$")
+    ax.axvline(mid, color="gray", ls=":", lw=1)
+    ax.set_xlabel(f"key $j$ (query at {mid})")
+    ax.set_ylabel("attention weight")
+    ax.set_title(f"DA attention with equal scores $q\\cdot k={score:g}$, $v={v:g}$")
+    ax.legend()
+    return fig
+
+
+@_styled
+def plot_wavelength_comparison(frequencies: dict[str, torch.Tensor]) -> Figure:
+    r"""Wavelengths :math:`2\pi/\omega_i` of several frequency ladders, log scale.
+
+    Used to compare a sinusoidal table with a faulty one (for example an exponent
+    that is off by a factor of two): the caller passes each ladder's angular
+    frequencies per pair.
+
+    Args:
+        frequencies: label -> 1-D tensor of angular frequencies :math:`\omega_i > 0`.
+
+    Returns:
+        Figure with one axes and one line per ladder (x = pair index, y =
+        wavelength in positions).
+    """
+    fn = "plot_wavelength_comparison"
+    if not frequencies:
+        fail(fn, "frequencies must hold at least one (label, tensor) pair, got none")
+    fig = _figure(6.4, 3.0)
+    ax = fig.subplots()
+    for label, omega in frequencies.items():
+        if not isinstance(omega, torch.Tensor) or omega.ndim != 1 or not bool(
+            (omega > 0).all()
+        ):
+            fail(fn, f"frequencies[{label!r}] must be a 1-D tensor of positive "
+                 f"frequencies, got {omega!r}")
+        wavelength = (2 * math.pi / omega.double()).numpy()
+        ax.plot(np.arange(len(wavelength)), wavelength, ".-", ms=3, lw=1.1,
+                label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("pair index $i$ (columns $2i, 2i+1$)")
+    ax.set_ylabel("wavelength (positions)")
+    ax.set_title("Wavelength of each sin/cos pair")
+    ax.legend()
+    return fig
