@@ -230,3 +230,70 @@ def test_alibi_bloom_style_matches_hf_bloom(n_heads):
     torch.testing.assert_close(
         ours, theirs.expand(n_heads, seq, seq), atol=1e-6, rtol=1e-6
     )
+
+
+# --- converting an interleaved (Meta-style) checkpoint to HF Llama ----------------
+
+
+def test_converted_interleaved_attention_matches_hf_llama_attention(gen):
+    """A Meta-style attention (interleaved RoPE) equals HF ``LlamaAttention`` (rotate
+    half) once W_q and W_k are converted with ``rope_interleaved_to_half_weights``."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (
+        LlamaAttention,
+        LlamaRotaryEmbedding,
+    )
+
+    from course_lib import rope_interleaved_to_half_weights
+
+    heads, head_dim, seq, batch = 4, 8, 7, 2
+    d_model = heads * head_dim
+    config = LlamaConfig(
+        hidden_size=d_model,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    config._attn_implementation = "eager"
+    w_q, w_k, w_v, w_o = (_randn(gen, d_model, d_model) / d_model**0.5 for _ in "qkvo")
+    x = _randn(gen, batch, seq, d_model)
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(batch, seq, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
+
+    q, k, v = split(x @ w_q.T), split(x @ w_k.T), split(x @ w_v.T)
+    out, _ = scaled_dot_product_attention(
+        apply_rope(q), apply_rope(k), v, mask=causal_mask(seq)
+    )
+    ours = out.transpose(1, 2).reshape(batch, seq, d_model) @ w_o.T  # (B, S, d_model)
+
+    attention = LlamaAttention(config, layer_idx=0)
+    with torch.no_grad():
+        attention.q_proj.weight.copy_(
+            rope_interleaved_to_half_weights(w_q, heads, head_dim)
+        )
+        attention.k_proj.weight.copy_(
+            rope_interleaved_to_half_weights(w_k, heads, head_dim)
+        )
+        attention.v_proj.weight.copy_(w_v)
+        attention.o_proj.weight.copy_(w_o)
+    cos, sin = LlamaRotaryEmbedding(config)(
+        x, torch.arange(seq)[None].expand(batch, -1)
+    )
+    float_mask = torch.zeros(1, 1, seq, seq).masked_fill(
+        ~causal_mask(seq), float("-inf")
+    )  # (1, 1, S, S)
+    with torch.no_grad():
+        theirs, _ = attention(
+            x, position_embeddings=(cos, sin), attention_mask=float_mask
+        )
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+    # Loading the unconverted weights into HF Llama silently changes the outputs.
+    with torch.no_grad():
+        attention.q_proj.weight.copy_(w_q)
+        attention.k_proj.weight.copy_(w_k)
+        unconverted, _ = attention(
+            x, position_embeddings=(cos, sin), attention_mask=float_mask
+        )
+    assert (unconverted - ours).abs().max() > 1e-3
