@@ -1,0 +1,238 @@
+"""Graders for ex03_rotation: shifting a sinusoidal encoding is a rotation.
+
+``check_*`` run in the students' notebooks (public cells); ``grade_*`` run at grading
+(hidden cells). Expected answers come from :mod:`course_lib.rotation` and
+:mod:`course_lib.sinusoidal`, captured at import and computed before the student's
+code runs. Known wrong answers (the transposed block that rotates backwards, the block
+layout of the concatenated encoding, exponents off by a factor of 2, degrees instead of
+radians, ...) are computed here so that a wrong answer is named.
+
+The hand computation is graded from three numbers, passed in this order::
+
+    check_hand_computation(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)
+
+(``PE(p) . PE(q)`` for the interleaved encoding with ``d_model = 4``, base 10000).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from course_lib.rotation import offset_matrix as _ref_offset_matrix
+from course_lib.sinusoidal import sinusoidal_encoding as _ref_sinusoidal_encoding
+
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    expect_scalar,
+    passed,
+)
+
+__all__ = [
+    "check_hand_computation",
+    "check_offset_matrix",
+    "grade_hand_computation",
+    "grade_offset_matrix",
+]
+
+_ATOL = 1e-5
+_RTOL = 1e-4
+
+
+def _known(
+    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
+) -> list[Mistake]:
+    """The known wrong answers that differ from the expected one (for ``k = 0`` every
+    wrong rotation is the identity, which is right)."""
+    out = []
+    for answer, explanation in pairs:
+        same = answer.shape == expected.shape and torch.allclose(
+            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+        )
+        if not same:
+            out.append(Mistake(answer, explanation))
+    return out
+
+
+def _blocks(k: int, omega: torch.Tensor, *, concat: bool = False) -> torch.Tensor:
+    """Block-diagonal [[c, s], [-s, c]] for angles k*omega, for building wrong answers;
+    ``concat`` places block i on rows/columns (i, i + d/2) instead of (2i, 2i+1)."""
+    half = omega.numel()
+    c, s = torch.cos(k * omega), torch.sin(k * omega)  # (d/2,), (d/2,)
+    m = torch.zeros(2 * half, 2 * half, dtype=torch.float64)
+    idx = torch.arange(half)
+    a, b = (idx, idx + half) if concat else (2 * idx, 2 * idx + 1)
+    m[a, a], m[a, b], m[b, a], m[b, b] = c, s, -s, c
+    return m  # (d, d)
+
+
+def _offset_mistakes(k: int, d_model: int) -> list[tuple[torch.Tensor, str]]:
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
+    omega = 10000.0 ** (-two_i / d_model)
+    right = _blocks(k, omega)
+    return [
+        (right.T,
+         "this is the transpose, the rotation by -k: it maps PE[p] to PE[p-k]. "
+         "With sin first, sin((p+k)w) = cos(kw) sin(pw) + sin(kw) cos(pw), so the "
+         "block is [[cos kw, sin kw], [-sin kw, cos kw]]"),
+        (_blocks(k, omega, concat=True),
+         "this matrix acts on the concatenated [sin | cos] layout (pair i on rows "
+         "i and i + d/2); the exercise uses the interleaved layout, pair i on rows "
+         "(2i, 2i+1)"),
+        (_blocks(k, 10000.0 ** (-2 * two_i / d_model)),
+         "the exponent is off by a factor of 2: 10000^(2*(2i)/d) doubles the "
+         "column index; block i rotates by k * 10000^(-2i/d_model)"),
+        (_blocks(k, 10000.0 ** (-(two_i / 2) / d_model)),
+         "the exponent is off by a factor of 2: it uses i instead of 2i; block i "
+         "rotates by k * 10000^(-2i/d_model)"),
+        (_blocks(k, torch.ones_like(omega)),
+         "every block rotates by the same angle k; block i rotates by k * w_i with "
+         "w_i = 10000^(-2i/d_model)"),
+        (_blocks(-k, omega, concat=True),
+         "this is the transposed matrix for the concatenated [sin | cos] layout"),
+    ]
+
+
+def _check_offset(offset_matrix: Callable, k: int, d_model: int) -> torch.Tensor:
+    expected = _ref_offset_matrix(k, d_model)  # (d_model, d_model)
+    mistakes = _known(expected, _offset_mistakes(k, d_model))
+    call = f"offset_matrix({k}, {d_model})"
+    got = call_student(offset_matrix, k, d_model, call=call)
+    expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes,
+                 dtype="float")
+    return got
+
+
+def _check_shift_property(offset_matrix: Callable, k: int, d_model: int) -> None:
+    """PE[p + k] = M(k) @ PE[p] for every p of a table, with the student's M(k)."""
+    pe = _ref_sinusoidal_encoding(40, d_model).double()  # (40, d)
+    call = f"offset_matrix({k}, {d_model})"
+    got = call_student(offset_matrix, k, d_model, call=call)
+    if not isinstance(got, torch.Tensor) or got.shape != (d_model, d_model):
+        raise CheckFailed(f"{call} should be a tensor of shape ({d_model}, {d_model})")
+    start = max(0, -k)
+    src = pe[start : start + 40 - abs(k)]  # (n, d)
+    dst = pe[start + k : start + k + 40 - abs(k)]  # (n, d)
+    expect_close(src @ got.double().T, dst,
+                 what=f"{call} @ PE[p] for p = {start}..{start + 39 - abs(k)} "
+                      f"(row p - {start}) should be PE[p + {k}]",
+                 atol=1e-4, rtol=1e-4)
+
+
+def check_offset_matrix(offset_matrix: Callable) -> None:
+    """Public check: two offsets for d_model 4 and 8, and the shift property."""
+    _check_offset(offset_matrix, 1, 4)
+    _check_offset(offset_matrix, 3, 8)
+    _check_shift_property(offset_matrix, 2, 6)
+    passed("offset_matrix", public=True)
+
+
+def grade_offset_matrix(offset_matrix: Callable) -> None:
+    """Hidden grade: k = 0, negative k, d_model = 2, large k, shift and composition."""
+    cases = ((0, 4), (-2, 6), (5, 2), (7, 16), (30, 10), (-11, 8), (1, 64))
+    for k, d_model in cases:
+        _check_offset(offset_matrix, k, d_model)
+    for k, d_model in ((4, 12), (-3, 8)):
+        _check_shift_property(offset_matrix, k, d_model)
+    a = _check_offset(offset_matrix, 2, 8).double()
+    b = _check_offset(offset_matrix, 5, 8).double()
+    expect_close(a @ b, _ref_offset_matrix(7, 8).double(),
+                 what="offset_matrix(2, 8) @ offset_matrix(5, 8) (should be "
+                      "offset_matrix(7, 8): shifts compose)", atol=1e-5, rtol=1e-4)
+    passed("offset_matrix", public=False, detail=f"{len(cases)} offsets, properties")
+
+
+# ---- the hand computation --------------------------------------------------------
+
+# The factor-2 exponent mistake changes PE(0) . PE(1) only by 5e-5: six decimals.
+_DOT_ATOL = 5e-6
+_PAIRS = {"pe0_dot_pe1": (0, 1), "pe5_dot_pe6": (5, 6), "pe0_dot_pe5": (0, 5)}
+
+
+def _dot_with(omega: list[float], p: int, q: int, *, degrees: bool = False) -> float:
+    """PE(p) . PE(q) of an interleaved table with frequencies ``omega``."""
+    to_rad = math.pi / 180 if degrees else 1.0
+    total = 0.0
+    for w in omega:
+        a, b = p * w * to_rad, q * w * to_rad
+        total += math.sin(a) * math.sin(b) + math.cos(a) * math.cos(b)
+    return total
+
+
+def _expected_dots() -> dict[str, float]:
+    pe = _ref_sinusoidal_encoding(7, 4).double()  # (7, 4)
+    return {name: float(pe[p] @ pe[q]) for name, (p, q) in _PAIRS.items()}
+
+
+def _dot_mistakes(p: int, q: int) -> list[tuple[float, str]]:
+    return [
+        (_dot_with([1.0, 1e-4], p, q),
+         "the exponent is off by a factor of 2: the second pair (i = 1, columns 2 "
+         "and 3) has frequency 10000^(-2/4) = 1/100, not 10000^(-4/4)"),
+        (_dot_with([1.0, 10000 ** -0.25], p, q),
+         "the exponent is off by a factor of 2: it uses i instead of 2i; the second "
+         "pair has frequency 10000^(-2*1/4) = 1/100"),
+        (_dot_with([1.0, 0.01], p, q, degrees=True),
+         "the angles were taken in degrees; p / 10000^(2i/d) is in radians"),
+        (2.0, "2 = d_model / 2 is PE(p) . PE(p), the dot product of a vector with "
+              "itself; here the positions differ"),
+        (sum(math.sin(p * w) * math.sin(q * w) for w in (1.0, 0.01)),
+         "only the sine products were summed; add cos(p w) cos(q w) for each pair"),
+    ]
+
+
+def _as_number(name: str, value: object) -> float:
+    """A Python number from an int, float, one-element tensor or NumPy scalar."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif hasattr(value, "item") and not isinstance(value, torch.Tensor | str):
+        value = value.item()  # NumPy scalar
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CheckFailed(f"{name} should be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _check_dot(name: str, value: float, expected: float) -> None:
+    p, q = _PAIRS[name]
+    mistakes = [(v, e) for v, e in _dot_mistakes(p, q)
+                if abs(v - expected) > _DOT_ATOL]
+    expect_scalar(value, expected,
+                  what=f"{name} (PE({p}) . PE({q}) for d_model = 4; give at least 6 "
+                       "decimals, or an exact expression such as math.cos(...))",
+                  atol=_DOT_ATOL, mistakes=mistakes)
+
+
+def check_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
+                           pe0_dot_pe5: object) -> None:
+    """Public check: the first dot product, and that equal offsets give equal dots.
+
+    Call it with the three numbers in this order:
+    ``check_hand_computation(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)``.
+    """
+    expected = _expected_dots()
+    values = {name: _as_number(name, v) for name, v in
+              (("pe0_dot_pe1", pe0_dot_pe1), ("pe5_dot_pe6", pe5_dot_pe6),
+               ("pe0_dot_pe5", pe0_dot_pe5))}
+    _check_dot("pe0_dot_pe1", values["pe0_dot_pe1"], expected["pe0_dot_pe1"])
+    if abs(values["pe5_dot_pe6"] - values["pe0_dot_pe1"]) > _DOT_ATOL:
+        raise CheckFailed(
+            f"pe5_dot_pe6 = {values['pe5_dot_pe6']:.6g} differs from pe0_dot_pe1 = "
+            f"{values['pe0_dot_pe1']:.6g}, but both pairs are one position apart, and "
+            "PE(p) . PE(q) = sum_i cos((p - q) w_i) depends only on p - q"
+        )
+    passed("hand_computation", public=True)
+
+
+def grade_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
+                           pe0_dot_pe5: object) -> None:
+    """Hidden grade: all three dot products, with hints for the known mistakes."""
+    expected = _expected_dots()
+    for name, value in (("pe0_dot_pe1", pe0_dot_pe1), ("pe5_dot_pe6", pe5_dot_pe6),
+                        ("pe0_dot_pe5", pe0_dot_pe5)):
+        _check_dot(name, _as_number(name, value), expected[name])
+    passed("hand_computation", public=False)

@@ -1,0 +1,331 @@
+"""Graders for ex04_rope: RoPE frequencies, interleaved rotation, pairing permutation.
+
+``check_*`` run in the students' notebooks (public cells); ``grade_*`` run at grading
+(hidden cells). Expected answers come from :mod:`course_lib.rope`, captured at import
+and computed before the student's function runs. Known wrong answers (the rotate-half
+pairing, pairs read as (2i, 2i+1) but written back as [evens | odds], a flipped angle,
+reversed positions, exponents off by a factor of 2, ...) are computed here with an
+independent rotation so that a wrong answer is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from course_lib.rope import apply_rope as _ref_apply_rope
+from course_lib.rope import (
+    interleaved_to_half_permutation as _ref_interleaved_to_half_permutation,
+)
+from course_lib.rope import rope_frequencies as _ref_rope_frequencies
+
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    expect_equal,
+    passed,
+)
+
+__all__ = [
+    "check_apply_rope",
+    "check_interleaved_to_half_permutation",
+    "check_rope_frequencies",
+    "grade_apply_rope",
+    "grade_interleaved_to_half_permutation",
+    "grade_rope_frequencies",
+]
+
+# Students compute m * theta in float32: ~1e-5 rad at m ~ 60.
+_ATOL = 1e-4
+_RTOL = 1e-4
+
+
+def _known(
+    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
+) -> list[Mistake]:
+    """The known wrong answers that differ from the expected one (for head_dim = 2
+    the pairings coincide; at position 0 every rotation is the identity)."""
+    out = []
+    for answer, explanation in pairs:
+        same = answer.shape == expected.shape and torch.allclose(
+            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+        )
+        if not same:
+            out.append(Mistake(answer, explanation))
+    return out
+
+
+# ---- rope_frequencies -----------------------------------------------------------
+
+
+def _frequency_mistakes(head_dim: int) -> list[tuple[torch.Tensor, str]]:
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    d = head_dim
+    return [
+        (10000.0 ** (-i / d), "the exponent is off by a factor of 2: it uses i instead "
+                              "of 2i; theta_i = 10000^(-2i/head_dim)"),
+        (10000.0 ** (-4 * i / d),
+         "the exponent is off by a factor of 2: 2 * (2i) / d, as when i already steps "
+         "by 2 (torch.arange(0, d, 2)) and is doubled again; theta_i = "
+         "10000^(-2i/head_dim)"),
+        (10000.0 ** (2 * i / d),
+         "the exponent has the wrong sign: the frequencies must decrease from "
+         "theta_0 = 1"),
+        (10000.0 ** (-2 * (i + 1) / d), "the frequencies start at i = 1; theta_0 = "
+                                        "10000^0 = 1"),
+        (10000.0 ** (-torch.arange(d, dtype=torch.float64) / d),
+         "this has head_dim entries; RoPE has one frequency per PAIR of dimensions, "
+         "head_dim // 2 of them"),
+        (10000.0 ** (-2 * torch.arange(d, dtype=torch.float64) / d),
+         "this has head_dim entries; RoPE has one frequency per PAIR of dimensions, "
+         "head_dim // 2 of them"),
+    ]
+
+
+def _check_frequencies(rope_frequencies: Callable, head_dim: int) -> None:
+    expected = _ref_rope_frequencies(head_dim)  # (head_dim // 2,)
+    mistakes = _known(expected, _frequency_mistakes(head_dim))
+    call = f"rope_frequencies({head_dim})"
+    got = call_student(rope_frequencies, head_dim, call=call)
+    expect_close(got, expected, what=call, atol=1e-6, rtol=1e-4, mistakes=mistakes,
+                 dtype="float")
+
+
+def check_rope_frequencies(rope_frequencies: Callable) -> None:
+    """Public check: head_dim 4 and 8."""
+    for head_dim in (4, 8):
+        _check_frequencies(rope_frequencies, head_dim)
+    passed("rope_frequencies", public=True)
+
+
+def grade_rope_frequencies(rope_frequencies: Callable) -> None:
+    """Hidden grade: head_dim 2 (one pair), odd numbers of pairs, large head_dim."""
+    dims = (2, 6, 10, 16, 64, 128)
+    for head_dim in dims:
+        _check_frequencies(rope_frequencies, head_dim)
+    passed("rope_frequencies", public=False, detail=f"{len(dims)} head dimensions")
+
+
+# ---- apply_rope -------------------------------------------------------------------
+
+
+def _rotate(x: torch.Tensor, angles: torch.Tensor, pairing: str) -> torch.Tensor:
+    """Rotate ``x`` (..., seq, d) by ``angles`` (seq, d/2), independent of the library.
+
+    ``pairing`` is ``"interleaved"`` (2i, 2i+1), ``"half"`` (i, i + d/2), or
+    ``"scrambled"``: pairs read as (2i, 2i+1) but written back as [evens | odds].
+    """
+    x = x.double()
+    cos, sin = angles.cos(), angles.sin()  # (seq, d/2)
+    half = x.shape[-1] // 2
+    if pairing == "half":
+        a, b = x[..., :half], x[..., half:]  # (..., seq, d/2)
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]  # (..., seq, d/2)
+    ra, rb = a * cos - b * sin, a * sin + b * cos  # (..., seq, d/2)
+    if pairing == "interleaved":
+        return torch.stack((ra, rb), dim=-1).flatten(-2)  # (..., seq, d)
+    return torch.cat((ra, rb), dim=-1)  # (..., seq, d)
+
+
+def _rope_mistakes(x: torch.Tensor, positions: torch.Tensor
+                   ) -> list[tuple[torch.Tensor, str]]:
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64)
+    theta = 10000.0 ** (-2 * i / d)  # (d/2,)
+    pos = positions.double()
+    seq = x.shape[-2]
+
+    def angles(p: torch.Tensor, t: torch.Tensor = theta) -> torch.Tensor:
+        return p[:, None] * t[None, :]  # (seq, d/2)
+
+    right = angles(pos)
+    return [
+        (_rotate(x, right, "half"),
+         "this is the rotate-half pairing (i, i + d/2) of GPT-NeoX / Hugging Face "
+         "Llama; the exercise asks for the interleaved pairing (2i, 2i+1)"),
+        (_rotate(x, right, "scrambled"),
+         "the pairs are read as (2i, 2i+1) but written back as [all first | all "
+         "second] (torch.cat instead of interleaving): the output dimensions are "
+         "permuted; put each rotated pair back at (2i, 2i+1)"),
+        (_rotate(x, -right, "interleaved"),
+         "the rotation goes the wrong way (the sign of the angle is flipped): "
+         "(a, b) -> (a cos - b sin, a sin + b cos)"),
+        (_rotate(x, angles(pos.flip(0)), "interleaved"),
+         "the positions are reversed: token t must be rotated by positions[t]"),
+        (_rotate(x, angles(torch.arange(seq, dtype=torch.float64)), "interleaved"),
+         "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
+         "token t by positions[t], e.g. an offset when decoding with a KV cache"),
+        (_rotate(x, angles(pos, 10000.0 ** (-i / d)), "interleaved"),
+         "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
+         "10000^(-2i/head_dim)"),
+        (_rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), "interleaved"),
+         "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
+         "10000^(-2i/head_dim)"),
+        (_rotate(x, right.flip(-1), "interleaved"),
+         "the frequencies are in reversed order: pair 0 turns fastest (theta_0 = 1)"),
+        (x.double() * right.cos().repeat_interleave(2, dim=-1)
+         + x.double() * right.sin().repeat_interleave(2, dim=-1),
+         "x * cos + x * sin: the sine term must multiply the rotated partner "
+         "(-x[2i+1], x[2i]), not x itself"),
+    ]
+
+
+def _rope_input(
+    seed: int, shape: tuple[int, ...], positions: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype), positions.long()
+
+
+def _check_rope(apply_rope: Callable, x: torch.Tensor, positions: torch.Tensor,
+                ) -> torch.Tensor:
+    expected = _ref_apply_rope(x, positions)  # same shape as x
+    mistakes = _known(expected, _rope_mistakes(x, positions))
+    pos_text = positions.tolist()
+    if len(pos_text) > 8:
+        pos_text = f"[{pos_text[0]}, {pos_text[1]}, ..., {pos_text[-1]}]"
+    call = f"apply_rope(x, positions) with x of shape {tuple(x.shape)} and " \
+           f"positions {pos_text}"
+    x_in = x.clone()
+    got = call_student(apply_rope, x_in, positions.clone(), call=call)
+    if not torch.equal(x_in, x):
+        raise CheckFailed(f"{call} changed its input x in place; return a new tensor "
+                          "(x is also used elsewhere, e.g. as the residual)")
+    expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes,
+                 dtype="float")
+    return got
+
+
+def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int) -> None:
+    """Norms are preserved; q.k after rotation depends only on the position offset;
+    position 0 is the identity. Checked on the student's own outputs."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, head_dim, generator=g)  # (1, d)
+    k = torch.randn(1, head_dim, generator=g)  # (1, d)
+    call = f"apply_rope(x, positions) with x of shape (1, {head_dim})"
+
+    def rot(v: torch.Tensor, m: int) -> torch.Tensor:
+        out = call_student(apply_rope, v.clone(), torch.tensor([m]), call=call)
+        if not isinstance(out, torch.Tensor) or out.shape != v.shape:
+            raise CheckFailed(f"{call} should return a tensor of shape "
+                              f"{tuple(v.shape)}")
+        return out.double()
+
+    expect_close(rot(q, 0), q.double(), what=f"{call} at position 0 (no rotation, "
+                 "the vector is unchanged)", atol=1e-6, rtol=1e-5)
+    for m in (3, 17):
+        norm = rot(q, m).norm()
+        if abs(norm - q.double().norm()) > 1e-4:
+            raise CheckFailed(f"{call} at position {m} changed the norm of x from "
+                              f"{q.norm().item():.6g} to {norm.item():.6g}; a rotation "
+                              "preserves lengths")
+    base = (rot(q, 7) * rot(k, 2)).sum()
+    for shift in (5, 21):
+        shifted = (rot(q, 7 + shift) * rot(k, 2 + shift)).sum()
+        if abs(shifted - base) > 1e-3:
+            raise CheckFailed(
+                f"relative property: rope(q, {7 + shift}) . rope(k, {2 + shift}) = "
+                f"{shifted.item():.6g} but rope(q, 7) . rope(k, 2) = {base.item():.6g};"
+                " the score must depend only on the offset m - n"
+            )
+
+
+def check_apply_rope(apply_rope: Callable) -> None:
+    """Public check: a (batch, heads, seq, d) tensor, an offset, the properties."""
+    x, pos = _rope_input(0, (2, 3, 5, 8), torch.arange(5))
+    _check_rope(apply_rope, x, pos)
+    x, pos = _rope_input(1, (4, 6), torch.arange(10, 14))
+    _check_rope(apply_rope, x, pos)
+    _check_rope_properties(apply_rope, 2, 8)
+    passed("apply_rope", public=True)
+
+
+def grade_apply_rope(apply_rope: Callable) -> None:
+    """Hidden grade: head_dim 2, one token, arbitrary positions, float64, properties."""
+    g = torch.Generator().manual_seed(42)
+    cases = [
+        (10, (3, 2), torch.arange(3), torch.float32),
+        (11, (1, 16), torch.tensor([9]), torch.float32),
+        (12, (2, 4, 7, 16), torch.arange(7), torch.float32),
+        (13, (3, 6, 32), torch.randint(0, 60, (6,), generator=g), torch.float32),
+        (14, (2, 1, 9, 10), torch.arange(31, 40), torch.float32),
+        (15, (5, 12), torch.arange(5), torch.float64),
+        (16, (2, 8, 64), torch.arange(8).flip(0), torch.float32),
+    ]
+    for seed, shape, pos, dtype in cases:
+        x, pos = _rope_input(seed, shape, pos, dtype)
+        _check_rope(apply_rope, x, pos)
+    _check_rope_properties(apply_rope, 17, 12)
+    passed("apply_rope", public=False, detail=f"{len(cases)} shapes, properties")
+
+
+# ---- interleaved_to_half_permutation ---------------------------------------------
+
+
+def _permutation_mistakes(head_dim: int) -> list[tuple[torch.Tensor, str]]:
+    evens, odds = torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)
+    right = torch.cat((evens, odds))
+    return [
+        (torch.argsort(right),
+         "this is the inverse permutation (half -> interleaved, [0, d/2, 1, d/2+1, "
+         "...]); the exercise asks for evens then odds, [0, 2, 4, ..., 1, 3, ...]"),
+        (torch.cat((odds, evens)), "odds first: the permutation is evens then odds"),
+        (torch.arange(head_dim), "this is the identity; the permutation is evens "
+                                 "then odds, [0, 2, 4, ..., 1, 3, 5, ...]"),
+    ]
+
+
+def _check_permutation(fn: Callable, head_dim: int) -> None:
+    expected = _ref_interleaved_to_half_permutation(head_dim)  # (head_dim,)
+    mistakes = [Mistake(a, e) for a, e in _permutation_mistakes(head_dim)
+                if not torch.equal(a, expected)]
+    call = f"interleaved_to_half_permutation({head_dim})"
+    got = call_student(fn, head_dim, call=call)
+    expect_equal(got, expected, what=call, mistakes=mistakes)
+
+
+def _check_permutation_property(fn: Callable, head_dim: int) -> None:
+    """apply_rope(x[..., P], "half") == apply_rope(x)[..., P] with the student's P."""
+    x = torch.randn(3, 5, head_dim, generator=torch.Generator().manual_seed(head_dim))
+    interleaved = _ref_apply_rope(x)  # (3, 5, d)
+    call = f"interleaved_to_half_permutation({head_dim})"
+    p = call_student(fn, head_dim, call=call)
+    if (not isinstance(p, torch.Tensor) or p.shape != (head_dim,)
+            or p.is_floating_point() or p.dtype == torch.bool):
+        raise CheckFailed(f"{call} should be an integer tensor of shape ({head_dim},) "
+                          "usable as an index")
+    p = p.long()
+    if not torch.equal(p.sort().values, torch.arange(head_dim)):
+        raise CheckFailed(f"{call} = {p.tolist()} is not a permutation of "
+                          f"0..{head_dim - 1}")
+    expect_close(_ref_apply_rope(x[..., p], convention="half"), interleaved[..., p],
+                 what=f"apply_rope(x[..., P], convention='half') vs "
+                      f"apply_rope(x)[..., P] with P = {call}", atol=1e-5, rtol=1e-4)
+
+
+def check_interleaved_to_half_permutation(
+    interleaved_to_half_permutation: Callable,
+) -> None:
+    """Public check: head_dim 4 and 8, and the defining property for head_dim 8."""
+    for head_dim in (4, 8):
+        _check_permutation(interleaved_to_half_permutation, head_dim)
+    _check_permutation_property(interleaved_to_half_permutation, 8)
+    passed("interleaved_to_half_permutation", public=True)
+
+
+def grade_interleaved_to_half_permutation(
+    interleaved_to_half_permutation: Callable,
+) -> None:
+    """Hidden grade: head_dim 2, odd numbers of pairs, large head_dim, property."""
+    dims = (2, 6, 10, 16, 64)
+    for head_dim in dims:
+        _check_permutation(interleaved_to_half_permutation, head_dim)
+    for head_dim in (6, 12):
+        _check_permutation_property(interleaved_to_half_permutation, head_dim)
+    passed("interleaved_to_half_permutation", public=False,
+           detail=f"{len(dims)} head dimensions, property")
