@@ -204,10 +204,11 @@ def alibi_attention(
             f"got v {tuple(v.shape)}",
         )
     n_heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
-    if q_len == 0 or k_len == 0:
+    if q_len == 0 or k_len < q_len:
         fail(
             fn,
-            f"sequence lengths must be at least 1, got q {tuple(q.shape)}, "
+            f"need 1 <= q_len <= k_len (queries are the last q_len keys), got "
+            f"q_len={q_len} and k_len={k_len} from q {tuple(q.shape)}, "
             f"k {tuple(k.shape)}",
         )
     bias = alibi_bias(n_heads, q_len, k_len, causal=causal)  # (H, Lq, Lk)

@@ -189,8 +189,10 @@ def shaw_relative_attention(
                 TypeError,
             )
         try:
-            torch.broadcast_shapes(mask.shape, scores.shape)
+            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
         except RuntimeError:
+            fits = False
+        if not fits:
             fail(
                 fn,
                 f"mask must broadcast to {tuple(scores.shape)}, got {describe(mask)}",
