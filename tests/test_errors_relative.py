@@ -154,6 +154,13 @@ CASES = [
         ["shaw_relative_attention", "mask", "(1, 2, 3, 5)", "(3, 4)"],
     ),
     (
+        lambda: shaw_relative_attention(
+            Q4, K4, K4, TABLE, TABLE, 2, mask=torch.ones(2, 2, 3, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        ["shaw_relative_attention", "mask", "(1, 2, 3, 5)", "(2, 2, 3, 5)"],
+    ),
+    (
         lambda: ShawRelativeAttention(10, 3, 2),
         ValueError,
         ["ShawRelativeAttention", "d_model=10", "n_heads=3"],
