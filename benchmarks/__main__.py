@@ -1,0 +1,110 @@
+"""`make bench`: every benchmark, peers side by side in the same process; prints a
+markdown report and writes it to benchmarks/RESULTS.md.
+
+    python -m benchmarks            # full sizes (several minutes)
+    python -m benchmarks --quick    # tiny sizes: checks that every benchmark runs
+    python -m benchmarks --only rope,alibi
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks.harness import machine, run_suite
+
+HERE = Path(__file__).resolve().parent
+
+SUITES = {
+    "rope": ("RoPE, fp32", "benchmarks.bench_rope"),
+    "alibi": ("ALiBi causal attention, (2, 8, L, 64), fp32", "benchmarks.bench_alibi"),
+    "transformer_xl": (
+        "Transformer-XL relative scores, (1, 8, Lq, Lk, 64)",
+        "benchmarks.bench_transformer_xl",
+    ),
+    "sinusoidal": ("Sinusoidal table", "benchmarks.bench_sinusoidal"),
+}
+SCRIPTS = {
+    "book": ("Book build", "benchmarks.bench_book"),
+    "autograde": ("Autograde throughput", "benchmarks.bench_autograde"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, no memory runs")
+    ap.add_argument(
+        "--only", default="", help="comma-separated: " + ",".join([*SUITES, *SCRIPTS])
+    )
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="report file (default RESULTS.md; none with --quick)",
+    )
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    only = {s for s in args.only.split(",") if s}
+    parts = [
+        "# Benchmarks",
+        "",
+        f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} on {machine()}.",
+        "Medians after warm-up; ratios are against the baseline named in each "
+        "table, measured in the same run.",
+    ]
+    for key, (title, module) in SUITES.items():
+        if only and key not in only:
+            continue
+        suite = importlib.import_module(module)
+        sizes = suite.QUICK_SIZES if args.quick else suite.SIZES
+        extra = getattr(suite, "gbps", None)
+        print(f"running {key} ...", file=sys.stderr, flush=True)
+        parts += [
+            "",
+            f"## {title}",
+            "",
+            run_suite(
+                module,
+                sizes,
+                baseline=suite.BASELINE,
+                memory=not args.quick,
+                extra=extra,
+                extra_header="GB/s moved" if extra else "",
+            ),
+        ]
+    for key, (title, module) in SCRIPTS.items():
+        if only and key not in only or args.quick:
+            continue
+        print(f"running {key} ...", file=sys.stderr, flush=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", module],
+            capture_output=True,
+            text=True,
+            cwd=HERE.parent,
+        )
+        body = (
+            proc.stdout.strip()
+            if proc.returncode == 0
+            else (f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+        )
+        parts += ["", f"## {title}", "", body]
+    report = "\n".join(parts) + "\n"
+    print(report)
+    out = args.out or (None if args.quick else str(HERE / "RESULTS.md"))
+    if out:
+        Path(out).write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
