@@ -117,6 +117,11 @@ T5_SETTINGS = [
     (False, 16, 50),
     (True, 10, 33),
     (False, 6, 7),
+    # settings where a float64 logarithm would move a bucket edge (e.g. -64 with
+    # 18 buckets): only the float32 order of Mesh TensorFlow / HF matches here
+    (True, 18, 128),
+    (True, 38, 16),
+    (True, 72, 32),
 ]
 
 
