@@ -278,12 +278,12 @@ def _as_permutation(fn: str, perm: Sequence[int] | torch.Tensor) -> torch.Tensor
                 f"perm must be a sequence of integers, got {describe(perm)}",
                 TypeError,
             )
+    if perm.numel() == 0:
+        fail(fn, "perm must not be empty, got a permutation of length 0")
     if perm.is_floating_point() or perm.dtype == torch.bool or perm.is_complex():
         fail(fn, f"perm must hold integers, got {describe(perm)}", TypeError)
     require_ndim(fn, "perm", perm, 1, "(n,)")
     n = perm.numel()
-    if n == 0:
-        fail(fn, "perm must not be empty, got a permutation of length 0")
     perm = perm.long()
     if not torch.equal(torch.sort(perm).values, torch.arange(n)):
         fail(fn, f"perm must be a permutation of 0..{n - 1}, got {perm.tolist()}")
