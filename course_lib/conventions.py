@@ -147,8 +147,9 @@ def sincos_concat_to_interleaved(pe: torch.Tensor) -> torch.Tensor:
 
 
 def _permute_head_rows(
-    fn: str, w: torch.Tensor, n_heads: int, head_dim: int, perm: torch.Tensor
+    fn: str, w: torch.Tensor, n_heads: int, head_dim: int, *, inverse: bool
 ) -> torch.Tensor:
+    """Permute the rows of every head of ``w`` by P (or P^-1 when ``inverse``)."""
     w = require_tensor(fn, "w", w)
     n_heads = require_positive_int(fn, "n_heads", n_heads)
     head_dim = require_positive_int(fn, "head_dim", head_dim)
@@ -161,6 +162,9 @@ def _permute_head_rows(
             f"(n_heads*head_dim,) with n_heads*head_dim = {n_heads}*{head_dim} = "
             f"{n_heads * head_dim} rows, got {describe(w)}",
         )
+    perm = interleaved_to_half_permutation(head_dim)  # (head_dim,)
+    if inverse:
+        perm = torch.argsort(perm)
     per_head = w.reshape(n_heads, head_dim, *w.shape[1:])  # (H, head_dim, [d_model])
     return per_head[:, perm.to(w.device)].reshape(w.shape)  # (H*head_dim, [d_model])
 
@@ -197,9 +201,7 @@ def rope_interleaved_to_half_weights(
         tensor([0., 2., 1., 3., 4., 6., 5., 7.])
     """
     fn = "rope_interleaved_to_half_weights"
-    head_dim_ok = isinstance(head_dim, int) and head_dim > 0 and head_dim % 2 == 0
-    perm = interleaved_to_half_permutation(head_dim) if head_dim_ok else None
-    return _permute_head_rows(fn, w, n_heads, head_dim, perm)  # type: ignore[arg-type]
+    return _permute_head_rows(fn, w, n_heads, head_dim, inverse=False)
 
 
 def rope_half_to_interleaved_weights(
@@ -226,13 +228,7 @@ def rope_half_to_interleaved_weights(
         True
     """
     fn = "rope_half_to_interleaved_weights"
-    head_dim_ok = isinstance(head_dim, int) and head_dim > 0 and head_dim % 2 == 0
-    perm = (
-        torch.argsort(interleaved_to_half_permutation(head_dim))
-        if head_dim_ok
-        else None
-    )
-    return _permute_head_rows(fn, w, n_heads, head_dim, perm)  # type: ignore[arg-type]
+    return _permute_head_rows(fn, w, n_heads, head_dim, inverse=True)
 
 
 def alibi_bias_bloom_style(
