@@ -155,6 +155,15 @@ def rope_angles(
         tensor([[0.0000, 0.0000],
                 [2.0000, 0.0200]], dtype=torch.float64)
     """
+    fn = "rope_angles"
+    positions = require_tensor(fn, "positions", positions)
+    if positions.is_floating_point() or positions.is_complex():
+        fail(
+            fn,
+            f"positions must be an integer tensor, got {describe(positions)}",
+            TypeError,
+        )
+    head_dim = _check_head_dim(fn, head_dim)
     theta = rope_frequencies(head_dim, base=base, dtype=torch.float64)
     theta = theta.to(positions.device)
     return positions.to(torch.float64)[..., None] * theta  # (..., seq, head_dim/2)

@@ -25,6 +25,7 @@ from course_lib import (
     permutation_matrix,
     permute_tokens,
     position_ids_from_attention_mask,
+    rope_angles,
     rope_frequencies,
     rope_half_to_interleaved_weights,
     rope_interleaved_to_half_weights,
@@ -282,6 +283,12 @@ CASES = [
         lambda: apply_rope(z(2, 3, 4, 8), torch.zeros(2, 4, dtype=torch.long)),
         ValueError,
         ["apply_rope", "positions", "(2, 4)", "(2, 3, 4, 8)"],
+    ),
+    (lambda: rope_angles(z(3), 4), TypeError, ["rope_angles", "positions", "float32"]),
+    (
+        lambda: rope_angles(torch.arange(3), 3),
+        ValueError,
+        ["rope_angles", "head_dim=3"],
     ),
     (
         lambda: apply_rope_complex(z(2, 4, 5)),
