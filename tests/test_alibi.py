@@ -176,3 +176,16 @@ def test_module_bias_works_as_sdpa_mask(gen: torch.Generator) -> None:
     mask = ALiBi(4, causal=True)(5)
     got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(got, alibi_attention(q, k, v, causal=True))
+
+
+def test_alibi_attention_equals_library_sdpa_with_bias(gen: torch.Generator) -> None:
+    """The SDPA fast path agrees with course_lib's explicit attention plus the bias."""
+    from course_lib import causal_mask, scaled_dot_product_attention
+
+    q = torch.randn(2, 3, 4, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 3, 7, 8, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 3, 7, 8, generator=gen, dtype=torch.float64)
+    want, _ = scaled_dot_product_attention(
+        q, k, v, bias=alibi_bias(3, 4, 7).double(), mask=causal_mask(4, 7)
+    )
+    torch.testing.assert_close(alibi_attention(q, k, v, causal=True), want)

@@ -95,11 +95,15 @@ def test_shaw_with_causal_mask_equals_brute_force(gen) -> None:
 
 
 def test_shaw_with_zero_tables_is_plain_attention(gen) -> None:
-    q, k, v, _, _ = _shaw_inputs(gen, 2, 3, 4, 4, 8, 2)
+    from course_lib import causal_mask, scaled_dot_product_attention
+
+    q, k, v, _, _ = _shaw_inputs(gen, 2, 3, 4, 6, 8, 2)
     zeros = torch.zeros(5, 8, dtype=torch.float64)
-    out, _ = shaw_relative_attention(q, k, v, zeros, zeros, 2)
-    plain = (q @ k.transpose(-2, -1) / math.sqrt(8)).softmax(-1) @ v
+    mask = causal_mask(4, 6)
+    out, weights = shaw_relative_attention(q, k, v, zeros, zeros, 2, mask=mask)
+    plain, plain_weights = scaled_dot_product_attention(q, k, v, mask=mask)
     torch.testing.assert_close(out, plain)
+    torch.testing.assert_close(weights, plain_weights)
 
 
 def test_shaw_value_table_shifts_output_by_weighted_rows(gen) -> None:
@@ -265,3 +269,18 @@ def test_t5_kv_cache_bias_equals_full_rows() -> None:
     full = bias(12)
     for t in range(12):
         assert torch.equal(bias(1, t + 1)[:, 0], full[:, t, : t + 1])
+
+
+def test_t5_bias_in_library_attention_equals_manual(gen) -> None:
+    """T5RelativeBias plugs into course_lib's attention as an additive bias."""
+    from course_lib import scaled_dot_product_attention
+
+    torch.manual_seed(0)
+    bias = T5RelativeBias(2, num_buckets=8, max_distance=16)
+    q = torch.randn(1, 2, 5, 4, generator=gen)
+    k = torch.randn(1, 2, 5, 4, generator=gen)
+    v = torch.randn(1, 2, 5, 4, generator=gen)
+    with torch.no_grad():
+        out, _ = scaled_dot_product_attention(q, k, v, bias=bias(5))
+        want = (q @ k.transpose(-2, -1) / 2.0 + bias(5)).softmax(-1) @ v
+    torch.testing.assert_close(out, want)
