@@ -189,10 +189,10 @@ def _check_distance_labels(fn, q_len: int, k_len: int) -> None:
 def check_rel_shift(fn) -> None:
     """Public check of ``rel_shift(x)``."""
     gen = torch.Generator().manual_seed(70)
-    _check_distance_labels(fn, 4, 4)
-    _check_distance_labels(fn, 3, 6)
     _check_shift_case(fn, _randn(gen, 2, 3, 5, 5), "x of shape (2, 3, 5, 5)")
     _check_shift_case(fn, _randn(gen, 1, 2, 3, 7), "x of shape (1, 2, 3, 7)")
+    _check_distance_labels(fn, 4, 4)
+    _check_distance_labels(fn, 3, 6)
     passed("rel_shift", public=True)
 
 
@@ -200,16 +200,17 @@ def grade_rel_shift(fn) -> None:
     """Hidden grader: distance labels, memory (q_len < k_len), single queries, any
     number of leading dimensions; compared on the entries the mask keeps."""
     gen = torch.Generator().manual_seed(71)
-    _check_distance_labels(fn, 4, 4)
-    _check_distance_labels(fn, 1, 5)
-    _check_distance_labels(fn, 5, 13)
-    shapes = [(1, 1), (1, 6), (6, 6), (4, 9), (3, 4, 9), (2, 2, 2, 8, 8), (2, 3, 7, 16)]
+    shapes = [(2, 3, 5, 5), (1, 1), (1, 6), (6, 6), (4, 9), (3, 4, 9), (2, 2, 2, 8, 8)]
+    shapes.append((2, 3, 7, 16))
     for _ in range(4):
         q_len = int(torch.randint(1, 10, (1,), generator=gen))
         k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
         shapes.append((2, 2, q_len, k_len))
     for shape in shapes:
         _check_shift_case(fn, _randn(gen, *shape), f"x of shape {shape}")
+    _check_distance_labels(fn, 4, 4)
+    _check_distance_labels(fn, 1, 5)
+    _check_distance_labels(fn, 5, 13)
     passed("rel_shift", public=False, detail=f"{len(shapes) + 3} cases")
 
 
@@ -305,6 +306,13 @@ def _check_scores_case(
     if bool(missing.any()):
         idx = tuple(int(t) for t in missing.nonzero()[0])
         b, h, i, j = idx
+        masked = got[..., ~valid]  # (B, H, n_future)
+        if bool((masked == masked.flatten()[0]).all()):
+            raise CheckFailed(
+                f"{call}: the entries for keys after the query are all "
+                f"{masked.flatten()[0].item():.6g}; they must be -inf "
+                f"(float('-inf')), so that the softmax gives them weight exactly 0."
+            )
         raise CheckFailed(
             f"{call}: entry {idx} should be -inf (key {j} comes after query {i}, "
             f"which sits at position {i + k_len - q_len}), got {got[idx].item():.6g}. "

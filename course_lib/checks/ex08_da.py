@@ -171,9 +171,9 @@ def grade_da_rescale(fn) -> None:
     """Hidden grader: the properties (1 at distance 0, bounded by 1 + e^v, monotone),
     negative w, broadcasting over heads, large distances."""
     gen = torch.Generator().manual_seed(81)
+    _check_rescale_case(fn, _arange(12).float(), _scalar(0.5), _scalar(1.0))
     _check_rescale_properties(fn, gen)
     cases = [
-        (_arange(12).float(), _scalar(0.5), _scalar(1.0)),
         (_arange(30).float(), _scalar(-0.3), _scalar(0.7)),
         (_grid_distance(7), _scalar(-1.5), _scalar(-1.0)),
         (_arange(0, 1000, 37).float(), _scalar(0.8), _scalar(2.0)),
@@ -184,7 +184,7 @@ def grade_da_rescale(fn) -> None:
     ]
     for distance, w, v in cases:
         _check_rescale_case(fn, distance, w, v)
-    passed("da_rescale", public=False, detail=f"{len(cases) + 1} cases")
+    passed("da_rescale", public=False, detail=f"{len(cases) + 2} cases")
 
 
 # --- da_attention

@@ -1,0 +1,307 @@
+"""The graders of exercises 6-9 are themselves tested.
+
+For every graded function: correct implementations in several styles (and
+conventions that are equivalent) pass the public check and the hidden grader; every
+wrong implementation of the bug zoo (tests/zoo/ex06_*.py .. ex09_*.py) is rejected by
+the hidden grader, and by the public check where marked, with the message that
+explains its mistake; a function that only calls course_lib and the untouched stub
+earn nothing. Nothing is ever written to stderr (nbgrader scores such a cell 0).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from zoo import ex06_relative as z06
+from zoo import ex07_transformer_xl as z07
+from zoo import ex08_da as z08
+from zoo import ex09_bug_zoo as z09
+
+from course_lib.checks import CheckFailed
+from course_lib.checks import ex06_relative as g06
+from course_lib.checks import ex07_transformer_xl as g07
+from course_lib.checks import ex08_da as g08
+from course_lib.checks import ex09_bug_zoo as g09
+from course_lib.checks._core import call_student
+
+PAIRS = [(g06, z06), (g07, z07), (g08, z08), (g09, z09)]
+
+
+def _graders(name: str):
+    for grader, _ in PAIRS:
+        if hasattr(grader, f"check_{name}"):
+            return getattr(grader, f"check_{name}"), getattr(grader, f"grade_{name}")
+    raise KeyError(name)
+
+
+NAMES = [name for _, zoo in PAIRS for name in zoo.CORRECT]
+CORRECT = [
+    pytest.param(name, fn, id=f"{name}-{fn.__name__}")
+    for _, zoo in PAIRS
+    for name, fns in zoo.CORRECT.items()
+    for fn in fns
+]
+WRONG = [
+    pytest.param(name, fn, fragment, public, id=f"{name}-{fn.__name__}")
+    for _, zoo in PAIRS
+    for name, entries in zoo.WRONG.items()
+    for fn, fragment, public in entries
+]
+CALLS_LIBRARY = [
+    pytest.param(name, fn, id=name)
+    for _, zoo in PAIRS
+    for name, fn in zoo.CALLS_LIBRARY.items()
+]
+
+
+def test_every_graded_function_has_a_zoo() -> None:
+    expected = {
+        "relative_position_index",
+        "t5_relative_position_bucket",
+        "rel_shift",
+        "rel_attention_scores",
+        "da_rescale",
+        "da_attention",
+        "fixed_sinusoidal_encoding",
+        "fixed_alibi_slopes",
+        "fixed_apply_rope",
+        "fixed_rel_attention_scores",
+        "fixed_position_ids",
+    }
+    assert set(NAMES) == expected
+    for grader, zoo in PAIRS:
+        exported = {n for n in grader.__all__}
+        assert exported == {
+            f"{kind}_{n}" for n in zoo.CORRECT for kind in ("check", "grade")
+        }
+        for name in zoo.CORRECT:
+            assert len(zoo.WRONG[name]) >= 3, name
+            assert len(zoo.CORRECT[name]) >= 2, name
+
+
+@pytest.mark.parametrize("name,fn", CORRECT)
+def test_correct_variant_passes(name, fn, capsys) -> None:
+    check, grade = _graders(name)
+    check(fn)
+    grade(fn)
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.strip().splitlines()
+    assert lines == [
+        f"{name}: all public checks passed. More (hidden) tests run when your work "
+        "is graded.",
+        lines[1],
+    ]
+    assert re.fullmatch(rf"{name}: passed \(\d+ [a-z ]+\)\.", lines[1])
+
+
+@pytest.mark.parametrize("name,fn,fragment,public", WRONG)
+def test_wrong_variant_is_rejected(name, fn, fragment, public, capsys) -> None:
+    check, grade = _graders(name)
+    with pytest.raises(CheckFailed, match=re.escape(fragment)):
+        grade(fn)
+    if public:
+        with pytest.raises(CheckFailed, match=re.escape(fragment)):
+            check(fn)
+        assert "passed" not in capsys.readouterr().out
+    else:  # a bug only the hidden cases find: the public check lets it through
+        check(fn)
+        assert "all public checks passed" in capsys.readouterr().out
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name,fn", CALLS_LIBRARY)
+def test_calling_the_library_earns_nothing(name, fn, capsys) -> None:
+    check, grade = _graders(name)
+    for grader in (check, grade):
+        with pytest.raises(CheckFailed, match="calls the course_lib reference"):
+            grader(fn)
+    out, err = capsys.readouterr()
+    assert err == "" and out == ""
+
+
+def _stub(*args, **kwargs):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMES)))
+def test_stub_fails_with_the_stub_message(name, capsys) -> None:
+    check, grade = _graders(name)
+    for grader in (check, grade):
+        with pytest.raises(CheckFailed, match="still the stub"):
+            grader(_stub)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMES)))
+def test_a_non_tensor_answer_is_explained(name) -> None:
+    check, _ = _graders(name)
+    with pytest.raises(CheckFailed, match="should return"):
+        check(lambda *args, **kwargs: None)
+
+
+# --- the graders' references are right: compared with loops written from the papers
+
+
+def _t5_loop(rel: int, bidirectional: bool, num_buckets: int, max_distance: int):
+    """Mesh TensorFlow's rule for one relative position, in float64 Python."""
+    offset = 0
+    if bidirectional:
+        num_buckets //= 2
+        offset = num_buckets if rel > 0 else 0
+        n = abs(rel)
+    else:
+        n = max(-rel, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return offset + n
+    large = exact + int(
+        math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    )
+    return offset + min(large, num_buckets - 1)
+
+
+@pytest.mark.parametrize(
+    "bidirectional,num_buckets,max_distance",
+    [(True, 32, 128), (False, 32, 128), (True, 8, 20)],
+)
+def test_t5_reference_matches_a_loop_away_from_bucket_edges(
+    bidirectional, num_buckets, max_distance
+) -> None:
+    rel = torch.arange(-400, 401)
+    expected, other = g06._t5_expected(rel, bidirectional, num_buckets, max_distance)
+    loop = torch.tensor(
+        [_t5_loop(int(r), bidirectional, num_buckets, max_distance) for r in rel]
+    )
+    edge = expected != other
+    assert torch.equal(expected[~edge], loop[~edge])
+    # At an edge the loop's rounding is one of the two accepted answers.
+    assert bool(((loop[edge] == expected[edge]) | (loop[edge] == other[edge])).all())
+
+
+def _nudged(shift: float):
+    """A correct T5 bucketing whose logarithm is nudged by ``shift`` before the floor:
+    it rounds bucket edges one way or the other, as float32 or float64 code does."""
+
+    def bucket(relative_position, bidirectional, num_buckets, max_distance):
+        return g06._t5_variant(
+            relative_position, bidirectional, num_buckets, max_distance, shift=shift
+        )
+
+    return bucket
+
+
+def test_t5_edges_exist_and_either_rounding_is_accepted(capsys) -> None:
+    """log(n/8)/log(16)*8 is an integer at n = 16, 32, 64: float32 and float64 code
+    may round it differently, and a correct answer must not lose points for that."""
+    rel = torch.arange(-200, 201)
+    expected, other = g06._t5_expected(rel, True, 32, 128)
+    edges = set(rel[expected != other].abs().tolist())
+    assert {16, 32, 64} <= edges
+    down, up = _nudged(-1e-6), _nudged(1e-6)
+    assert not torch.equal(down(rel, True, 32, 128), up(rel, True, 32, 128))
+    for fn in (down, up):
+        g06.check_t5_relative_position_bucket(fn)
+        g06.grade_t5_relative_position_bucket(fn)
+    assert capsys.readouterr().err == ""
+
+
+def test_rel_shift_reference_equals_explicit_gather() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for q_len, k_len in [(1, 1), (3, 3), (2, 7), (5, 9)]:
+        x = torch.randn(2, q_len, k_len, generator=gen)
+        out = g07._ref_shift(x)
+        for i in range(q_len):
+            for j in range(i + k_len - q_len + 1):
+                assert out[:, i, j].tolist() == x[:, i, j + q_len - 1 - i].tolist()
+
+
+def test_rel_attention_scores_reference_equals_the_four_terms_loop() -> None:
+    gen = torch.Generator().manual_seed(1)
+    B, H, Lq, Lk, D = 1, 2, 3, 5, 4
+    q, k, r, u, v = g07._random_inputs(gen, B, H, Lq, Lk, D)
+    got = g07._ref_scores(q, k, r, u, v)
+    for h in range(H):
+        for i in range(Lq):
+            for j in range(Lk):
+                dist = i + Lk - Lq - j
+                if dist < 0:
+                    assert got[0, h, i, j] == -math.inf
+                    continue
+                rel = r[h, Lk - 1 - dist]
+                want = (
+                    q[0, h, i] @ k[0, h, j]
+                    + q[0, h, i] @ rel
+                    + u[h] @ k[0, h, j]
+                    + v[h] @ rel
+                ) / math.sqrt(D)
+                assert math.isclose(
+                    got[0, h, i, j].item(), want.item(), rel_tol=1e-5, abs_tol=1e-5
+                )
+
+
+def test_da_references_equal_the_paper_formula() -> None:
+    gen = torch.Generator().manual_seed(2)
+    q, k, v, w, v_bias = g08._random_case(gen, 1, 2, 4, 3)
+    out, weights = g08._ref_attention(q, k, v, w, v_bias)
+    for h in range(2):
+        scores = torch.empty(4, 4, dtype=torch.float64)
+        for i in range(4):
+            for j in range(4):
+                r_hat = (1 + math.exp(v_bias[h])) / (
+                    1 + math.exp(v_bias[h] - w[h] * abs(i - j))
+                )
+                dot = float(q[0, h, i] @ k[0, h, j])
+                scores[i, j] = max(dot, 0.0) * r_hat / math.sqrt(3)
+        want = scores.softmax(-1)
+        assert torch.allclose(weights[0, h].double(), want, atol=1e-6)
+        assert torch.allclose(out[0, h].double(), want @ v[0, h].double(), atol=1e-5)
+
+
+# --- the grader machinery around these exercises
+
+
+def test_a_student_that_mutates_its_input_does_not_change_the_expected_answer() -> None:
+    def in_place(x):
+        out = z07.shift_pad_reshape(x)
+        x.zero_()
+        return out
+
+    g07.check_rel_shift(in_place)
+
+
+def test_student_exceptions_become_messages_not_tracebacks() -> None:
+    def broken(q_len, k_len, max_distance):
+        return torch.arange(q_len)[:, None] - torch.arange(k_len + 1)[None, :].view(
+            3, -1
+        )
+
+    with pytest.raises(CheckFailed, match=r"relative_position_index\(4, 4, 2\) raised"):
+        g06.check_relative_position_index(broken)
+
+
+def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
+    """A function special-cased to the public inputs passes check_ but not grade_."""
+    public = {(q, k, m) for q, k, m in g06._INDEX_PUBLIC}
+
+    def memorised(q_len, k_len, max_distance):
+        if (q_len, k_len, max_distance) in public:
+            return z06.index_clamp(q_len, k_len, max_distance)
+        return torch.zeros(q_len, k_len, dtype=torch.long)
+
+    g06.check_relative_position_index(memorised)
+    with pytest.raises(CheckFailed):
+        g06.grade_relative_position_index(memorised)
+
+
+def test_call_student_restores_the_library_after_a_trap() -> None:
+    import course_lib
+
+    before = course_lib.rel_shift
+    with pytest.raises(CheckFailed):
+        call_student(z07.shift_calls_library, torch.zeros(2, 3), call="rel_shift(x)")
+    assert course_lib.rel_shift is before
