@@ -348,6 +348,7 @@ class RelMultiHeadAttention(nn.Module):
         *,
         attn_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attend from ``x`` to ``[mems; x]``; return the output and the next memory."""
         fn = "RelMultiHeadAttention.forward"
         require_ndim(
             fn, "x", require_float_tensor(fn, "x", x), 3, "(batch, seq, d_model)"
@@ -377,10 +378,9 @@ class RelMultiHeadAttention(nn.Module):
         k_len = cat.shape[1]
         heads, dim = self.n_heads, self.head_dim
 
-        q = self.qkv(x)[..., : heads * dim]  # (B, S, H*D)
-        kv = self.qkv(cat)[..., heads * dim :]  # (B, M+S, 2*H*D)
-        q = q.view(batch, seq, heads, dim).transpose(1, 2)  # (B, H, S, D)
-        k, v = kv.view(batch, k_len, 2, heads, dim).permute(2, 0, 3, 1, 4)  # (B,H,K,D)
+        qkv = self.qkv(cat).view(batch, k_len, 3, heads, dim)  # (B, M+S, 3, H, D)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, H, M+S, D)
+        q = q[:, :, k_len - seq :]  # (B, H, S, D): queries of the current segment only
         pos = relative_sinusoidal_embedding(
             k_len, width, clamp_len=self.clamp_len, dtype=x.dtype
         ).to(x.device)
@@ -388,7 +388,11 @@ class RelMultiHeadAttention(nn.Module):
 
         scores = rel_attention_scores(q, k, r, self.u, self.v)  # (B, H, S, M+S)
         if attn_mask is not None:
-            if attn_mask.dtype != torch.bool or attn_mask.shape != (seq, k_len):
+            if (
+                not isinstance(attn_mask, torch.Tensor)
+                or attn_mask.dtype != torch.bool
+                or attn_mask.shape != (seq, k_len)
+            ):
                 fail(
                     fn,
                     f"attn_mask must be a bool tensor of shape (seq, mem + seq) "
