@@ -263,6 +263,8 @@ def relative_sinusoidal_embedding(
     fn = "relative_sinusoidal_embedding"
     k = require_positive_int(fn, "k_len", k_len)
     d = require_even(fn, "d_model", require_positive_int(fn, "d_model", d_model))
+    if isinstance(base, bool) or not isinstance(base, int | float) or not base > 0:
+        fail(fn, f"base must be a positive number, got {describe(base)}")
     distance = torch.arange(k - 1, -1, -1, dtype=torch.float64)  # (Lk,)
     if clamp_len is not None:
         distance = distance.clamp(

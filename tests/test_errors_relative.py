@@ -297,6 +297,11 @@ CASES = [
         ["relative_sinusoidal_embedding", "clamp_len", "-1"],
     ),
     (
+        lambda: relative_sinusoidal_embedding(5, 8, base=-1.0),
+        ValueError,
+        ["relative_sinusoidal_embedding", "base", "-1.0"],
+    ),
+    (
         lambda: RelMultiHeadAttention(8, 3),
         ValueError,
         ["RelMultiHeadAttention", "d_model=8", "n_heads=3"],
