@@ -1,0 +1,364 @@
+"""The ``course`` command: check a notebook (students), release, collect, autograde,
+give feedback and report grades (instructors), run the lab.
+
+Every instructor command wraps nbgrader (``generate_assignment``, ``autograde``,
+``generate_feedback``) and reads the course's ``nbgrader_config.py``; see
+``course <command> --help`` and the instructor guide in the book.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+students:
+  course check notebooks/ex05_alibi/ex05_alibi.ipynb
+
+instructors (in the course folder, the one with nbgrader_config.py):
+  course release all
+  course collect downloads.zip --assignment ex05
+  course autograde ex05 --jobs 2
+  course feedback ex05
+  course report ex05
+
+Assignments can be named by their id (ex05_alibi) or its prefix (ex05).
+"""
+
+
+def _positive_float(text: str) -> float | None:
+    if text.strip().lower() in {"none", "0", "unlimited"}:
+        return None
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _memory(text: str) -> int | None:
+    from .grading.kernel import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``course`` (one sub-command per step)."""
+    parser = argparse.ArgumentParser(
+        prog="course",
+        description=(
+            "Positional Encodings in Transformers: check exercise notebooks, and "
+            "release, collect, autograde, give feedback on and report the exercises "
+            "of a class (built on nbgrader)."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    course_opts = argparse.ArgumentParser(add_help=False)
+    course_opts.add_argument(
+        "--root",
+        metavar="DIR",
+        help="course folder (default: the nearest folder with nbgrader_config.py "
+        "at or above the working directory)",
+    )
+    course_opts.add_argument(
+        "--db",
+        metavar="URL",
+        help="gradebook as an SQLAlchemy URL, e.g. sqlite:///gradebook.db or "
+        "postgresql+psycopg://user@host/db (default: nbgrader_config.py)",
+    )
+
+    p = sub.add_parser(
+        "check",
+        help="run a notebook and report its public checks (students)",
+        description="Run the notebook from a temporary copy, with its folder as the "
+        "working directory, and report each exercise's public check: pass or fail "
+        "with the grader's message. Exits with 1 when a check fails.",
+    )
+    p.add_argument("notebook", type=Path, help="the .ipynb file")
+    p.add_argument(
+        "--timeout",
+        type=int,
+        default=120,
+        metavar="S",
+        help="seconds each cell may run (default: 120)",
+    )
+    p.add_argument(
+        "--memory",
+        type=_memory,
+        default=4 << 30,
+        metavar="SIZE",
+        help="memory limit of the kernel, e.g. 4G (default), or none",
+    )
+
+    p = sub.add_parser(
+        "release",
+        parents=[course_opts],
+        help="generate student notebooks (nbgrader generate_assignment)",
+        description="Run nbgrader generate_assignment (forced) for one assignment or "
+        "all: solutions/<id>/ -> notebooks/<id>/, and record the assignment in the "
+        "gradebook (created if missing).",
+    )
+    p.add_argument(
+        "assignment",
+        nargs="?",
+        default="all",
+        help="assignment id or prefix (ex05), or 'all' (default)",
+    )
+
+    p = sub.add_parser(
+        "collect",
+        parents=[course_opts],
+        help="place downloaded submissions into submitted/<student>/<assignment>/",
+        description="Place the notebooks of a folder or zip file into nbgrader's "
+        "submitted/<student>/<assignment>/<assignment>.ipynb, taking student ids "
+        "from the names (alice_ex05_alibi.ipynb, alice/ex05_alibi.ipynb, ...), and "
+        "add the students to the gradebook. Lists the files it could not place.",
+    )
+    p.add_argument("source", type=Path, help="folder or .zip of submissions")
+    p.add_argument("--assignment", "-a", required=True, help="assignment id or prefix")
+
+    p = sub.add_parser(
+        "autograde",
+        parents=[course_opts],
+        help="grade every submission in parallel (nbgrader autograde)",
+        description="Autograde every submission with nbgrader in parallel workers, "
+        "each submission's kernel under a wall-time and memory limit. A submission "
+        "that cannot be graded (invalid notebook, dead kernel, time-out) is recorded "
+        "with 0 points and the reason; the run always goes on. Submissions unchanged "
+        "since the last run are skipped unless --force.",
+    )
+    p.add_argument("assignment", help="assignment id or prefix")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=_positive_int,
+        default=os.cpu_count() or 1,
+        help="parallel workers (default: number of CPUs)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        metavar="S",
+        help="wall-time limit per submission in seconds (default: 600)",
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=_positive_int,
+        default=None,
+        metavar="S",
+        help="seconds each cell may run (default: nbgrader_config.py)",
+    )
+    p.add_argument(
+        "--memory",
+        type=_memory,
+        default=4 << 30,
+        metavar="SIZE",
+        help="memory (address space) limit per kernel, e.g. 4G (default)",
+    )
+    p.add_argument(
+        "--student",
+        action="append",
+        metavar="ID",
+        help="grade only this student (repeatable)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="regrade submissions already graded"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser(
+        "feedback",
+        parents=[course_opts],
+        help="write feedback HTML for every submission (nbgrader generate_feedback)",
+    )
+    p.add_argument("assignment", help="assignment id or prefix")
+
+    p = sub.add_parser(
+        "report",
+        parents=[course_opts],
+        help="grades CSV, pass rate per test, score histogram, ungradable submissions",
+    )
+    p.add_argument("assignment", help="assignment id or prefix")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output folder (default: reports/<assignment>/)",
+    )
+
+    p = sub.add_parser(
+        "lab",
+        help="run the length-extrapolation lab (course_lib.experiments)",
+        add_help=False,
+    )
+    p.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        help="arguments passed on to the lab (try: course lab --help)",
+    )
+    return parser
+
+
+def _course(args):
+    from .grading.course import default_course
+
+    return default_course(args.root, args.db)
+
+
+def _cmd_check(args) -> int:
+    from .grading.check import check_notebook, format_report
+    from .grading.kernel import KernelLimits
+
+    report = check_notebook(
+        args.notebook,
+        cell_timeout=args.timeout,
+        limits=KernelLimits(memory=args.memory, wall_seconds=None),
+    )
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def _cmd_release(args) -> int:
+    from .grading.release import release
+
+    for r in release(_course(args), args.assignment):
+        print(
+            f"released {r.assignment} ({r.points:g} points): {', '.join(r.notebooks)}"
+        )
+    return 0
+
+
+def _cmd_collect(args) -> int:
+    from .grading.collect import collect
+
+    rep = collect(_course(args), args.source, args.assignment)
+    print(
+        f"{rep.assignment}: {len(rep.placed)} placed, {len(rep.unchanged)} unchanged, "
+        f"{len(rep.not_placed)} not placed"
+    )
+    for student, source, dest in rep.placed:
+        print(f"  {student:<16} {source} -> {dest}")
+    if rep.not_placed:
+        print("Not placed:")
+        for name, reason in rep.not_placed:
+            print(f"  {name}: {reason}")
+    return 0
+
+
+def _cmd_autograde(args) -> int:
+    from .grading.autograde import (
+        AutogradeOptions,
+        autograde,
+        limits_text,
+        summary_lines,
+    )
+    from .grading.kernel import KernelLimits
+
+    limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
+    options = AutogradeOptions(
+        jobs=args.jobs,
+        limits=limits,
+        cell_timeout=args.cell_timeout,
+        force=args.force,
+        students=args.student,
+        progress=not args.no_progress,
+    )
+    summary = autograde(_course(args), args.assignment, options)
+    print("\n".join(summary_lines(summary, limits_text(limits))))
+    return 0
+
+
+def _cmd_feedback(args) -> int:
+    from .grading.feedback import feedback
+
+    res = feedback(_course(args), args.assignment)
+    print(
+        f"{res.assignment}: feedback for {len(res.graded)} graded and "
+        f"{len(res.ungradable)} ungradable submissions"
+    )
+    for path in res.graded + res.ungradable:
+        print(f"  {path}")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from .grading.report import format_report, report
+
+    print(format_report(report(_course(args), args.assignment, args.out)))
+    return 0
+
+
+def _cmd_lab(args) -> int:
+    try:
+        module = importlib.import_module("course_lib.experiments.__main__")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("course_lib.experiments"):
+            print(
+                "course lab: the lab (course_lib.experiments) is not installed",
+                file=sys.stderr,
+            )
+            return 2
+        raise
+    entry = getattr(module, "main", None)
+    if entry is None:
+        print("course lab: course_lib.experiments has no main()", file=sys.stderr)
+        return 2
+    if inspect.signature(entry).parameters:
+        code = entry(list(args.args))
+    else:
+        saved, sys.argv = sys.argv, ["course lab", *args.args]
+        try:
+            code = entry()
+        finally:
+            sys.argv = saved
+    return int(code or 0)
+
+
+_COMMANDS = {
+    "check": _cmd_check,
+    "release": _cmd_release,
+    "collect": _cmd_collect,
+    "autograde": _cmd_autograde,
+    "feedback": _cmd_feedback,
+    "report": _cmd_report,
+    "lab": _cmd_lab,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``course``; returns the exit status (0: success, 1: a check failed,
+    2: an error the message explains)."""
+    from .grading.course import CourseError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except CourseError as exc:
+        print(f"course {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"course {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

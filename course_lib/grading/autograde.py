@@ -1,0 +1,777 @@
+"""Parallel autograding with nbgrader, one submission per worker at a time.
+
+nbgrader's gradebook is one database (SQLite by default) and nbgrader autogrades one
+student after another. ``course autograde`` keeps nbgrader's grading but runs it in
+``jobs`` worker processes:
+
+1. The parent copies the assignment's definition (graded cells, locked source cells)
+   from the course gradebook into a template SQLite file.
+2. Each worker grades one submission at a time with nbgrader's own ``Autograde``
+   converter (in-process, so nbgrader and torch are imported once per worker, not once
+   per student) in a private course folder: a copy of the template gradebook, a copy
+   of that student's submission, and an output folder.
+3. The worker reads the scores nbgrader wrote into the private gradebook and sends
+   them to the parent, which alone writes to the course gradebook, one submission at
+   a time, and moves the autograded notebook into ``autograded/``.
+
+Each submission's kernel starts through :mod:`course_lib.grading.kernel` (memory and
+CPU limits; the place where a sandbox plugs in), a timer kills it when the submission
+exceeds its wall time, and the parent kills a worker that does not answer in time.
+Whatever goes wrong (invalid JSON, a dead kernel, a timeout, a crash of nbgrader
+itself), the submission is recorded with a score of zero and the reason, and the run
+goes on. A second run skips submissions whose files, assignment and graders did not
+change since they were graded (``force=True`` regrades everything).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from .course import Course, CourseError, sqlite_url
+from .gradebook import (
+    StatusRow,
+    assignment_fingerprint_parts,
+    copy_assignment,
+    merge_submission,
+    read_status,
+    read_submission,
+    record_ungradable,
+    submission_scores,
+    write_status,
+)
+from .kernel import (
+    KernelContext,
+    KernelLauncher,
+    KernelLimits,
+    RlimitLauncher,
+    format_bytes,
+    kernel_context,
+    kill_process_group,
+)
+
+__all__ = ["AutogradeOptions", "AutogradeSummary", "Outcome", "autograde"]
+
+# Seconds the parent waits beyond the wall-time limit before it kills a worker that
+# has not reported back (the worker's own timer should have ended the kernel).
+_GRACE_SECONDS = 60.0
+
+
+@dataclass
+class AutogradeOptions:
+    """How to autograde.
+
+    ``jobs``: worker processes. ``limits``/``launcher``: how each kernel runs.
+    ``cell_timeout``: per-cell timeout in seconds (default: nbgrader_config.py).
+    ``force``: regrade submissions already graded. ``students``: only these.
+    ``progress``: show a progress bar on stderr.
+    """
+
+    jobs: int = 1
+    limits: KernelLimits = field(default_factory=KernelLimits)
+    launcher: KernelLauncher = field(default_factory=RlimitLauncher)
+    cell_timeout: int | None = None
+    force: bool = False
+    students: list[str] | None = None
+    progress: bool = True
+
+
+@dataclass
+class Outcome:
+    """The result for one submission."""
+
+    student: str
+    status: str  # "graded", "ungradable" or "unchanged" (skipped: already graded)
+    score: float = 0.0
+    max_score: float = 0.0
+    reason: str = ""
+    wall_seconds: float = 0.0
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AutogradeSummary:
+    """Every submission's :class:`Outcome`, and the run's wall time."""
+
+    assignment: str
+    outcomes: list[Outcome]
+    wall_seconds: float
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+
+@dataclass(frozen=True)
+class _Job:
+    student: str
+    submission: str  # submitted/<student>/<assignment>
+
+
+@dataclass(frozen=True)
+class _WorkerSpec:
+    assignment: str
+    notebooks: tuple[str, ...]
+    config: Any  # traitlets Config of the course
+    template_db: str
+    course_id: str
+    source_assignment_dir: str
+    scratch: str
+    limits: KernelLimits
+    launcher: KernelLauncher
+    cell_timeout: int | None
+    threads: int
+    log_path: str
+
+
+# --------------------------------------------------------------------------------------
+# fingerprints and pre-checks (parent)
+
+
+def _hash_tree(path: Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode())
+        digest.update(b"\0")
+        digest.update(file.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _grader_digest() -> str:
+    """A digest of the library and graders the hidden tests use: a change there
+    changes grades, so it makes a re-run regrade."""
+    import course_lib
+
+    base = Path(course_lib.__file__).parent
+    digest = hashlib.sha256()
+    for file in sorted([*base.glob("*.py"), *(base / "checks").glob("*.py")]):
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _precheck(job: _Job, notebooks: tuple[str, ...]) -> str | None:
+    """Why the submission cannot be graded at all (missing or invalid notebook), or
+    ``None``."""
+    import nbformat
+
+    folder = Path(job.submission)
+    present = sorted(p.name for p in folder.glob("*.ipynb"))
+    missing = [nb for nb in notebooks if f"{nb}.ipynb" not in present]
+    if len(missing) == len(notebooks):
+        found = ", ".join(present) if present else "no notebook"
+        wanted = ", ".join(f"{nb}.ipynb" for nb in notebooks)
+        return f"the submission has no {wanted} (found: {found})"
+    for nb in notebooks:
+        path = folder / f"{nb}.ipynb"
+        if not path.exists():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            json.loads(text)
+            node = nbformat.reads(text, as_version=4)
+            nbformat.validate(node)
+        except Exception as exc:  # noqa: BLE001 - any reason the file is unreadable
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            kind = type(exc).__name__
+            return f"{nb}.ipynb is not a valid notebook ({kind}: {first[:200]})"
+    return None
+
+
+def _read_timestamp(folder: Path) -> str | None:
+    from nbgrader.utils import parse_utc
+
+    path = folder / "timestamp.txt"
+    if not path.is_file():
+        return None
+    text = path.read_text().strip()
+    try:
+        parse_utc(text)
+    except Exception:  # noqa: BLE001 - an unreadable timestamp is ignored
+        return None
+    return text or None
+
+
+# --------------------------------------------------------------------------------------
+# the worker
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return ""
+
+
+def _cell_failures(notebook_path: Path) -> dict[str, str]:
+    """grade id -> first line of the error of every graded cell that raised."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    failures = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or cell.get("cell_type") != "code":
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                message = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+                failures[meta.get("grade_id", "?")] = _first_line(message)
+                break
+    return failures
+
+
+def _describe_death(codes: list[int | None]) -> str:
+    code = next((c for c in codes if c not in (None, 0)), None)
+    if code is None:
+        return "the kernel died while the notebook ran"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGKILL": " (killed: out of memory, or by the time limit)",
+            "SIGXCPU": " (the CPU-time limit)",
+            "SIGSEGV": " (a crash in native code, often a failed allocation)",
+        }.get(name, "")
+        return f"the kernel died from {name}{hint} while the notebook ran"
+    return f"the kernel exited with status {code} while the notebook ran"
+
+
+def _nbgrader_error(result: dict[str, Any]) -> str:
+    text = result.get("error") or result.get("log") or ""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if not line.startswith(
+            (
+                "File ",
+                "^",
+                "~",
+                "Traceback",
+                "[ERROR] Please see",
+                "raise ",
+                "nbgrader.converters.base.NbGraderException",
+            )
+        ):
+            return line[:300]
+    return lines[-1][:300] if lines else "unknown error"
+
+
+def _prepare_private_course(spec: _WorkerSpec, job: _Job) -> Path:
+    private = Path(tempfile.mkdtemp(prefix="grade-", dir=spec.scratch))
+    shutil.copyfile(spec.template_db, private / "gradebook.db")
+    source = private / "source" / spec.assignment
+    source.mkdir(parents=True)
+    # nbgrader copies the assignment's non-notebook files next to the graded notebook;
+    # the source notebooks themselves (with the solutions) stay out of reach.
+    src_root = Path(spec.source_assignment_dir)
+    if src_root.is_dir():
+        for file in src_root.rglob("*"):
+            rel = file.relative_to(src_root)
+            if (
+                file.is_file()
+                and file.suffix != ".ipynb"
+                and not any(part.startswith(".") for part in rel.parts)
+            ):
+                (source / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, source / rel)
+    shutil.copytree(
+        job.submission, private / "submitted" / job.student / spec.assignment
+    )
+    return private
+
+
+def _private_config(spec: _WorkerSpec, private: Path):
+    from .execute import autograde_preprocessors
+
+    config = copy.deepcopy(spec.config)
+    cd = config.CourseDirectory
+    cd.root = str(private)
+    cd.source_directory = "source"
+    cd.submitted_directory = "submitted"
+    cd.autograded_directory = "autograded"
+    cd.feedback_directory = "feedback"
+    cd.release_directory = "release"
+    cd.db_url = sqlite_url(private / "gradebook.db")
+    cd.course_id = spec.course_id
+    config.Autograde.autograde_preprocessors = autograde_preprocessors(
+        spec.config.Autograde.get("autograde_preprocessors")
+    )
+    if spec.cell_timeout is not None:
+        config.Execute.timeout = spec.cell_timeout
+    config.NbGraderAPI.log_level = "INFO"
+    return config
+
+
+def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    private = _prepare_private_course(spec, job)
+    config = _private_config(spec, private)
+    context = KernelContext(
+        limits=spec.limits,
+        launcher=spec.launcher,
+        on_start=lambda pid: conn.send(("kernel", job.student, pid)),
+    )
+    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+    timer = None
+    if spec.limits.wall_seconds is not None:
+        timer = threading.Timer(spec.limits.wall_seconds, context.kill)
+        timer.daemon = True
+    with kernel_context(context):
+        if timer is not None:
+            timer.start()
+        try:
+            result = api.autograde(
+                spec.assignment, job.student, force=True, create=True
+            )
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for pid in context.pids:
+                kill_process_group(pid)
+    log_text = (result.get("log") or "") + (result.get("error") or "")
+    out: dict[str, Any] = {"private": str(private), "log": log_text}
+    if context.killed:
+        out.update(
+            status="ungradable",
+            reason=(
+                f"exceeded the time limit of {spec.limits.wall_seconds:g} s "
+                "per submission"
+            ),
+        )
+        return out
+    if not result.get("success"):
+        if "DeadKernelError" in log_text or "Kernel died" in log_text:
+            reason = _describe_death(context.exit_codes())
+        else:
+            reason = f"nbgrader could not grade it: {_nbgrader_error(result)}"
+        out.update(status="ungradable", reason=reason)
+        return out
+    graded = private / "autograded" / job.student / spec.assignment
+    failures: dict[str, str] = {}
+    for nb in spec.notebooks:
+        path = graded / f"{nb}.ipynb"
+        if path.exists():
+            failures.update(_cell_failures(path))
+    with Gradebook(config.CourseDirectory.db_url, spec.course_id) as gb:
+        grades = read_submission(gb, spec.assignment, job.student)
+    out.update(
+        status="graded", grades=grades, failures=failures, autograded=str(graded)
+    )
+    return out
+
+
+def _worker_main(conn: Connection, spec: _WorkerSpec) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    log = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(spec.threads)
+    os.environ["MPLBACKEND"] = "Agg"
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    try:
+        while True:
+            job = conn.recv()
+            if job is None:
+                break
+            start = time.perf_counter()
+            try:
+                out = _grade(spec, job, conn)
+            except Exception as exc:  # noqa: BLE001 - reported, never fatal
+                out = {
+                    "status": "ungradable",
+                    "reason": f"grading failed: {type(exc).__name__}: {exc}"[:400],
+                }
+            out["wall_seconds"] = time.perf_counter() - start
+            conn.send(("done", job.student, out))
+    except (EOFError, KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class _Worker:
+    def __init__(self, ctx, spec: _WorkerSpec, index: int) -> None:
+        self.conn, child = multiprocessing.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=_worker_main,
+            args=(child, spec),
+            name=f"course-autograde-{index}",
+            daemon=True,
+        )
+        self.process.start()
+        child.close()
+        self.job: _Job | None = None
+        self.started = 0.0
+        self.kernels: list[int] = []
+
+    def send(self, job: _Job) -> None:
+        self.job, self.started, self.kernels = job, time.monotonic(), []
+        self.conn.send(job)
+
+    def kill(self) -> None:
+        for pid in self.kernels:
+            kill_process_group(pid)
+        with contextlib.suppress(Exception):
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.send(None)
+        self.process.join(10)
+        if self.process.is_alive():
+            self.kill()
+
+
+# --------------------------------------------------------------------------------------
+# the parent
+
+
+def _tqdm(total: int, assignment: str, enabled: bool):
+    from tqdm import tqdm
+
+    tqdm.monitor_interval = 0  # no monitor thread: workers are forked later on
+    return tqdm(
+        total=total,
+        desc=f"autograde {assignment}",
+        unit="submission",
+        file=sys.stderr,
+        disable=not enabled,
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
+
+
+def autograde(
+    course: Course,
+    assignment: str,
+    options: AutogradeOptions | None = None,
+) -> AutogradeSummary:
+    """Autograde every submission of ``assignment`` in ``course``; see the module
+    docstring. Returns a summary; the gradebook holds the scores."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    options = options or AutogradeOptions()
+    if options.jobs < 1:
+        raise CourseError(f"--jobs must be at least 1, got {options.jobs}")
+    t_start = time.perf_counter()
+
+    with course.gradebook() as gb:
+        known = [a.name for a in gb.assignments]
+        assignment = course.resolve_assignment(
+            assignment, known=known + course.source_assignments()
+        )
+        try:
+            gb.find_assignment(assignment)
+        except MissingEntry:
+            raise CourseError(
+                f"{assignment} is not in the gradebook ({course.gradebook_url}); "
+                f"release it first: course release {assignment}"
+            ) from None
+        notebooks = tuple(nb.name for nb in gb.find_assignment(assignment).notebooks)
+        status = read_status(gb, assignment)
+        parts = assignment_fingerprint_parts(gb, assignment)
+        have_submission = {s.student.id for s in gb.assignment_submissions(assignment)}
+
+        submissions = course.submissions(assignment)
+        if options.students is not None:
+            unknown = sorted(set(options.students) - set(submissions))
+            if unknown:
+                raise CourseError(
+                    f"no submission of {assignment} for: {', '.join(unknown)}"
+                )
+            submissions = {
+                s: p for s, p in submissions.items() if s in options.students
+            }
+
+        timeout = options.cell_timeout or course.cell_timeout
+        base = hashlib.sha256(
+            "\n".join(
+                [
+                    *parts,
+                    _grader_digest(),
+                    repr(options.limits),
+                    repr(timeout),
+                    type(options.launcher).__qualname__,
+                ]
+            ).encode()
+        ).hexdigest()
+        jobs: list[_Job] = []
+        outcomes: list[Outcome] = []
+        fingerprints: dict[str, str] = {}
+        for student, path in submissions.items():
+            fp = hashlib.sha256((base + _hash_tree(path)).encode()).hexdigest()
+            fingerprints[student] = fp
+            row = status.get(student)
+            if (
+                not options.force
+                and row is not None
+                and row.fingerprint == fp
+                and student in have_submission
+            ):
+                outcomes.append(
+                    Outcome(
+                        student,
+                        "unchanged",
+                        row.score,
+                        row.max_score,
+                        row.reason,
+                        row.wall_seconds,
+                        row.failures,
+                    )
+                )
+                continue
+            jobs.append(_Job(student, str(path)))
+
+        scratch = Path(tempfile.mkdtemp(prefix="course-autograde-"))
+        template = scratch / "template.db"
+        with Gradebook(sqlite_url(template), course.course_id) as tgb:
+            copy_assignment(gb, tgb, assignment)
+
+    log_dir = course.root / "reports" / assignment / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        outcomes += _run(
+            course,
+            assignment,
+            notebooks,
+            jobs,
+            fingerprints,
+            options,
+            scratch,
+            template,
+            log_dir,
+            timeout,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    outcomes.sort(key=lambda o: o.student)
+    missing = set(submissions) - {o.student for o in outcomes}
+    if missing:  # cannot happen; a lost submission must never pass silently
+        raise RuntimeError(f"autograde lost submissions: {sorted(missing)}")
+    return AutogradeSummary(assignment, outcomes, time.perf_counter() - t_start)
+
+
+def _run(
+    course: Course,
+    assignment: str,
+    notebooks: tuple[str, ...],
+    jobs: list[_Job],
+    fingerprints: dict[str, str],
+    options: AutogradeOptions,
+    scratch: Path,
+    template: Path,
+    log_dir: Path,
+    timeout: int | None,
+) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    queue: deque[_Job] = deque()
+    pbar = _tqdm(len(jobs), assignment, options.progress and bool(jobs))
+    gb = course.gradebook()
+
+    def finish(job: _Job, out: dict[str, Any]) -> None:
+        private = out.get("private")
+        status = out.get("status", "ungradable")
+        reason = out.get("reason", "")
+        folder = Path(job.submission)
+        dest = course.autograded_dir / job.student / assignment
+        if out.get("log"):
+            (log_dir / f"{job.student}.log").write_text(out["log"])
+        if status == "graded":
+            merge_submission(gb, assignment, job.student, out["grades"])
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(out["autograded"], dest)
+        else:
+            record_ungradable(gb, assignment, job.student, _read_timestamp(folder))
+            if dest.exists():
+                shutil.rmtree(dest)
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
+        score, max_score = submission_scores(gb, assignment, job.student)
+        outcome = Outcome(
+            job.student,
+            status,
+            score,
+            max_score,
+            reason,
+            float(out.get("wall_seconds", 0.0)),
+            out.get("failures", {}),
+        )
+        write_status(
+            gb,
+            StatusRow(
+                assignment=assignment,
+                student=job.student,
+                status=status,
+                reason=reason,
+                score=score,
+                max_score=max_score,
+                fingerprint=fingerprints[job.student],
+                wall_seconds=outcome.wall_seconds,
+                failures=outcome.failures,
+            ),
+        )
+        outcomes.append(outcome)
+        pbar.set_postfix_str(f"{job.student}: {status}", refresh=False)
+        pbar.update(1)
+
+    workers: list[_Worker] = []
+    ctx = multiprocessing.get_context("fork")
+    spec: _WorkerSpec | None = None
+
+    def replace(index: int) -> None:
+        nonlocal gb
+        workers[index].kill()
+        gb.close()  # no open database connection may be inherited by a worker
+        workers[index] = _Worker(ctx, spec, index)
+        gb = course.gradebook()
+
+    try:
+        for job in jobs:
+            reason = _precheck(job, notebooks)
+            if reason is None:
+                queue.append(job)
+            else:
+                finish(job, {"status": "ungradable", "reason": reason})
+        if not queue:
+            return outcomes
+        n_workers = min(options.jobs, len(queue))
+        threads = max(1, (os.cpu_count() or 1) // n_workers)
+        spec = _WorkerSpec(
+            assignment=assignment,
+            notebooks=notebooks,
+            config=course.config,
+            template_db=str(template),
+            course_id=course.course_id,
+            source_assignment_dir=str(course.source_dir / assignment),
+            scratch=str(scratch),
+            limits=options.limits,
+            launcher=options.launcher,
+            cell_timeout=timeout,
+            threads=threads,
+            log_path=str(scratch / "workers.log"),
+        )
+        gb.close()  # no open database connection may be inherited by a worker
+        workers = [_Worker(ctx, spec, i) for i in range(n_workers)]
+        gb = course.gradebook()
+        deadline_extra = (
+            None
+            if options.limits.wall_seconds is None
+            else options.limits.wall_seconds + _GRACE_SECONDS
+        )
+        while queue or any(w.job for w in workers):
+            for w in workers:
+                if w.job is None and queue:
+                    w.send(queue.popleft())
+            busy = [w for w in workers if w.job is not None]
+            wait_for = None
+            if deadline_extra is not None:
+                now = time.monotonic()
+                wait_for = max(0.0, min(w.started + deadline_extra - now for w in busy))
+            ready = wait([w.conn for w in busy], timeout=wait_for)
+            for w in busy:
+                index = workers.index(w)
+                if w.conn in ready:
+                    try:
+                        kind, _student, payload = w.conn.recv()
+                    except (EOFError, OSError):
+                        job = w.job
+                        w.process.join(1)
+                        code = w.process.exitcode
+                        replace(index)
+                        finish(
+                            job,
+                            {
+                                "status": "ungradable",
+                                "reason": (
+                                    f"the grading worker died (exit code {code})"
+                                ),
+                            },
+                        )
+                        continue
+                    if kind == "kernel":
+                        w.kernels.append(payload)
+                    elif kind == "done":
+                        job, w.job = w.job, None
+                        finish(job, payload)
+                elif (
+                    deadline_extra is not None
+                    and time.monotonic() > w.started + deadline_extra
+                ):
+                    job = w.job
+                    replace(index)
+                    finish(
+                        job,
+                        {
+                            "status": "ungradable",
+                            "reason": (
+                                "exceeded the time limit of "
+                                f"{options.limits.wall_seconds:g} s "
+                                "per submission (the grading worker had to be killed)"
+                            ),
+                        },
+                    )
+        return outcomes
+    except BaseException:
+        for w in workers:
+            w.kill()
+        raise
+    finally:
+        for w in workers:
+            if w.process.is_alive():
+                w.stop()
+        gb.close()
+        pbar.close()
+        log = scratch / "workers.log"
+        if log.exists() and log.stat().st_size:
+            shutil.copyfile(log, log_dir / "workers.log")
+
+
+def summary_lines(summary: AutogradeSummary, limits_text: str) -> list[str]:
+    """The table ``course autograde`` prints after a run."""
+    lines = [
+        f"{summary.assignment}: {len(summary.outcomes)} submissions, "
+        f"{summary.count('graded')} graded, {summary.count('ungradable')} "
+        f"ungradable, {summary.count('unchanged')} unchanged since the last run "
+        f"({summary.wall_seconds:.1f} s; limits per submission: {limits_text})"
+    ]
+    width = max([7, *(len(o.student) for o in summary.outcomes)])
+    lines.append(f"  {'student':<{width}}  {'score':>11}  {'status':<10}  reason")
+    for o in summary.outcomes:
+        lines.append(
+            f"  {o.student:<{width}}  {o.score:>5g} / {o.max_score:<3g}  "
+            f"{o.status:<10}  {o.reason}"
+        )
+    return lines
+
+
+def limits_text(limits: KernelLimits) -> str:
+    wall = "none" if limits.wall_seconds is None else f"{limits.wall_seconds:g} s"
+    return f"memory {format_bytes(limits.memory)}, wall time {wall}"

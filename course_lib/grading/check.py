@@ -1,0 +1,197 @@
+"""``course check``: run a student's notebook and report each exercise's public check.
+
+The notebook runs top to bottom in a fresh kernel, from a temporary copy (the
+student's file is never modified), with the notebook's folder as working directory
+and the same memory limit as grading. Every cell whose nbgrader ``grade_id`` ends in
+``__public`` is one exercise: it passes when it ran without an error, and the report
+shows the grader's message either way. No course folder or gradebook is needed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .course import CourseError
+from .kernel import GradingKernelManager, KernelContext, KernelLimits, kernel_context
+
+__all__ = ["CheckReport", "ExerciseResult", "check_notebook", "format_report"]
+
+PUBLIC_SUFFIX = "__public"
+ANSWER_SUFFIX = "__answer"
+
+
+@dataclass
+class ExerciseResult:
+    """One public check: the function it checks, whether it passed, the message."""
+
+    name: str
+    passed: bool
+    message: str
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckReport:
+    """Every exercise of a notebook, plus problems outside the exercises."""
+
+    notebook: str
+    exercises: list[ExerciseResult]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(e.passed for e in self.exercises) and bool(self.exercises)
+
+
+def _grade_id(cell) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "") or ""
+
+
+def _error(cell) -> str | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            value = str(output.get("evalue", "")).strip()
+            name = output.get("ename", "Error")
+            return f"{name}: {value}" if value else name
+    return None
+
+
+def _stdout(cell) -> str:
+    text = "".join(
+        "".join(o.get("text", ""))
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )
+    return text.strip()
+
+
+def check_notebook(
+    path: str | Path,
+    *,
+    cell_timeout: int = 120,
+    limits: KernelLimits | None = None,
+) -> CheckReport:
+    """Run the notebook at ``path`` and return one result per public check."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise CourseError(f"{path} does not exist")
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - reported to the student
+        raise CourseError(f"{path.name} is not a valid notebook: {exc}") from None
+    publics = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and _grade_id(c).endswith(PUBLIC_SUFFIX)
+    ]
+    if not publics:
+        raise CourseError(
+            f"{path.name} has no public checks (cells whose nbgrader grade_id ends "
+            f"in {PUBLIC_SUFFIX!r})"
+        )
+    limits = limits or KernelLimits(wall_seconds=None)
+    context = KernelContext(limits=limits)
+    problems: list[str] = []
+    kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
+    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copyfile(path, copy)
+        work = nbformat.read(str(copy), as_version=4)
+        client = NotebookClient(
+            work,
+            timeout=cell_timeout,
+            kernel_name=kernel,
+            allow_errors=True,
+            interrupt_on_timeout=True,
+            kernel_manager_class=GradingKernelManager,
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        timer = None
+        if limits.wall_seconds is not None:
+            timer = threading.Timer(limits.wall_seconds, context.kill)
+            timer.daemon = True
+            timer.start()
+        with kernel_context(context):
+            try:
+                client.execute()
+            except DeadKernelError:
+                if context.killed:
+                    problems.append(
+                        f"the notebook exceeded {limits.wall_seconds:g} s "
+                        "and was stopped"
+                    )
+                else:
+                    problems.append(
+                        "the kernel died while the notebook ran (did a cell call "
+                        "exit() or run out of memory?); later cells did not run"
+                    )
+            except Exception as exc:  # noqa: BLE001 - e.g. a kernel that never started
+                problems.append(
+                    f"the notebook could not run: {type(exc).__name__}: {exc}"
+                )
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                context.kill()
+    return _report(path, work, problems)
+
+
+def _report(path: Path, nb, problems: list[str]) -> CheckReport:
+    answers = {}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        gid = _grade_id(cell)
+        err = _error(cell)
+        if gid.endswith(ANSWER_SUFFIX):
+            answers[gid[: -len(ANSWER_SUFFIX)]] = err
+        elif err and not gid.endswith(PUBLIC_SUFFIX) and not gid.endswith("__hidden"):
+            problems.append(f"cell {index + 1} ({gid or 'no id'}) raised {err}")
+    exercises = []
+    for cell in nb.cells:
+        gid = _grade_id(cell)
+        if cell.cell_type != "code" or not gid.endswith(PUBLIC_SUFFIX):
+            continue
+        name = gid[: -len(PUBLIC_SUFFIX)]
+        err = _error(cell)
+        ran = cell.get("execution_count") is not None or bool(cell.get("outputs"))
+        notes = []
+        if answers.get(name):
+            notes.append(f"your answer cell raised {answers[name]}")
+        if err:
+            exercises.append(ExerciseResult(name, False, err, notes))
+        elif not ran:
+            exercises.append(ExerciseResult(name, False, "not run", notes))
+        else:
+            exercises.append(
+                ExerciseResult(name, True, _stdout(cell) or "passed", notes)
+            )
+    return CheckReport(path.name, exercises, problems)
+
+
+def format_report(report: CheckReport) -> str:
+    """The text ``course check`` prints."""
+    width = max(len(e.name) for e in report.exercises)
+    lines = [f"{report.notebook}: {len(report.exercises)} exercises"]
+    for e in report.exercises:
+        mark = "PASS" if e.passed else "FAIL"
+        first, *rest = e.message.splitlines() or [""]
+        lines.append(f"  {mark}  {e.name:<{width}}  {first}")
+        lines += [f"        {' ' * width}  {line}" for line in rest]
+        lines += [f"        {' ' * width}  ({note})" for note in e.notes]
+    for problem in report.problems:
+        lines.append(f"  note: {problem}")
+    passed = sum(e.passed for e in report.exercises)
+    lines.append(
+        f"{passed} of {len(report.exercises)} exercises pass their public checks."
+        + (" Hidden tests run when your work is graded." if report.ok else "")
+    )
+    return "\n".join(lines)

@@ -1,0 +1,234 @@
+"""The course directory: where it is, its nbgrader configuration, its assignments.
+
+Every instructor command works on one :class:`Course`: a root directory holding
+``nbgrader_config.py``, the source notebooks (``solutions/``), the releases
+(``notebooks/``) and nbgrader's working folders (``submitted/``, ``autograded/``,
+``feedback/``), plus a gradebook given by an SQLAlchemy URL (SQLite by default, any
+database SQLAlchemy can reach, PostgreSQL included).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Course", "CourseError", "find_course_root", "sqlite_url"]
+
+CONFIG_FILE = "nbgrader_config.py"
+_STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+
+
+class CourseError(Exception):
+    """A problem the instructor can fix (missing folder, unknown assignment, ...);
+    the command line prints its message without a traceback."""
+
+
+def find_course_root(start: Path | None = None) -> Path:
+    """The nearest directory, from ``start`` (default: the working directory) upwards,
+    that holds ``nbgrader_config.py``; ``start`` itself when there is none."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / CONFIG_FILE).is_file():
+            return candidate
+    return here
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of an SQLite file (absolute, so it does not depend on the
+    working directory)."""
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def _absolute_db_url(url: str, root: Path) -> str:
+    """Resolve a relative SQLite path against the course root; other URLs unchanged."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        rest = url[len(prefix) :]
+        if rest and not rest.startswith(":memory:"):
+            return sqlite_url(root / rest)
+    return url
+
+
+def _put_environment_on_path() -> None:
+    """nbgrader runs the ``alembic`` script of its environment (found on ``PATH``)
+    when it creates a gradebook; make that work without an activated venv."""
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = bindir + (os.pathsep + path if path else "")
+
+
+def valid_student_id(student: str) -> bool:
+    """Whether ``student`` can be an nbgrader student id (a folder name without
+    separators or spaces)."""
+    return bool(_STUDENT_ID.match(student)) and ".." not in student
+
+
+@dataclass
+class Course:
+    """A course directory with its nbgrader configuration.
+
+    ``db_url`` overrides the gradebook URL of ``nbgrader_config.py``; extra
+    ``overrides`` are ``{"Section": {"trait": value}}`` applied last.
+    """
+
+    root: Path
+    db_url: str | None = None
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+        if not self.root.is_dir():
+            raise CourseError(f"course directory {self.root} does not exist")
+        _put_environment_on_path()
+        self._config = self._load_config()
+
+    # --- configuration -------------------------------------------------------------
+
+    def _load_config(self):
+        from traitlets.config import Config
+        from traitlets.config.loader import PyFileConfigLoader
+
+        config = Config()
+        if (self.root / CONFIG_FILE).is_file():
+            config.merge(
+                PyFileConfigLoader(CONFIG_FILE, path=str(self.root)).load_config()
+            )
+        cd = config.CourseDirectory
+        cd.root = str(self.root)
+        url = self.db_url or cd.get("db_url") or "sqlite:///gradebook.db"
+        cd.db_url = _absolute_db_url(str(url), self.root)
+        for section, values in self.overrides.items():
+            for key, value in values.items():
+                config[section][key] = value
+        return config
+
+    @property
+    def config(self):
+        """A copy of the traitlets ``Config`` nbgrader runs with (root and gradebook
+        made absolute)."""
+        return copy.deepcopy(self._config)
+
+    def _dir(self, trait: str, default: str) -> Path:
+        name = self._config.CourseDirectory.get(trait) or default
+        return (self.root / name).resolve()
+
+    @property
+    def source_dir(self) -> Path:
+        return self._dir("source_directory", "source")
+
+    @property
+    def release_dir(self) -> Path:
+        return self._dir("release_directory", "release")
+
+    @property
+    def submitted_dir(self) -> Path:
+        return self._dir("submitted_directory", "submitted")
+
+    @property
+    def autograded_dir(self) -> Path:
+        return self._dir("autograded_directory", "autograded")
+
+    @property
+    def feedback_dir(self) -> Path:
+        return self._dir("feedback_directory", "feedback")
+
+    @property
+    def gradebook_url(self) -> str:
+        return str(self._config.CourseDirectory.db_url)
+
+    @property
+    def course_id(self) -> str:
+        return str(self._config.CourseDirectory.get("course_id") or "default_course")
+
+    @property
+    def cell_timeout(self) -> int | None:
+        """The per-cell execution timeout in seconds from the configuration."""
+        for section in ("Execute", "ExecutePreprocessor"):
+            value = self._config[section].get("timeout")
+            if value is not None:
+                return int(value)
+        return None
+
+    # --- nbgrader objects ----------------------------------------------------------
+
+    def coursedir(self, config=None):
+        """An ``nbgrader.coursedir.CourseDirectory`` for this course."""
+        from nbgrader.coursedir import CourseDirectory
+
+        return CourseDirectory(config=config or self.config)
+
+    def api(self, config=None):
+        """An ``nbgrader.apps.NbGraderAPI`` bound to this course."""
+        from nbgrader.apps import NbGraderAPI
+
+        config = config or self.config
+        return NbGraderAPI(coursedir=self.coursedir(config), config=config)
+
+    def gradebook(self):
+        """An open ``nbgrader.api.Gradebook`` (a context manager); the database and
+        its tables are created when they do not exist."""
+        from nbgrader.api import Gradebook
+
+        return Gradebook(self.gradebook_url, self.course_id)
+
+    # --- assignments -----------------------------------------------------------------
+
+    def source_assignments(self) -> list[str]:
+        """The assignment folders under the source directory, sorted."""
+        if not self.source_dir.is_dir():
+            return []
+        return sorted(
+            p.name
+            for p in self.source_dir.iterdir()
+            if p.is_dir()
+            and not p.name.startswith((".", "_"))
+            and any(p.glob("*.ipynb"))
+        )
+
+    def resolve_assignment(self, name: str, *, known: list[str] | None = None) -> str:
+        """The full assignment id for ``name``: an exact id, or a unique prefix such
+        as ``ex05`` for ``ex05_alibi``."""
+        candidates = sorted(
+            set(known if known is not None else self.source_assignments())
+        )
+        if name in candidates:
+            return name
+        matches = [a for a in candidates if a.startswith(name + "_")]
+        if len(matches) == 1:
+            return matches[0]
+        if not candidates:
+            raise CourseError(
+                f"unknown assignment {name!r}: {self.source_dir} holds no assignments"
+            )
+        if matches:
+            raise CourseError(f"assignment {name!r} is ambiguous: {', '.join(matches)}")
+        raise CourseError(
+            f"unknown assignment {name!r}; known: {', '.join(candidates)}"
+        )
+
+    def submissions(self, assignment: str) -> dict[str, Path]:
+        """student id -> ``submitted/<student>/<assignment>`` for every submission."""
+        found: dict[str, Path] = {}
+        if not self.submitted_dir.is_dir():
+            return found
+        for student_dir in sorted(self.submitted_dir.iterdir()):
+            path = student_dir / assignment
+            if student_dir.is_dir() and path.is_dir():
+                found[student_dir.name] = path
+        return found
+
+
+def default_course(
+    root: str | os.PathLike[str] | None,
+    db_url: str | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+) -> Course:
+    """The course at ``root``, or the nearest one above the working directory."""
+    base = Path(root) if root else find_course_root()
+    return Course(base, db_url=db_url, overrides=overrides or {})

@@ -1,0 +1,59 @@
+"""``course release``: nbgrader ``generate_assignment`` from the source notebooks
+(``solutions/``) into the student releases (``notebooks/``).
+
+The gradebook is created when it does not exist and the assignment is added to it:
+``nbgrader generate_assignment`` records every graded cell and locked cell there, and
+``autograde`` later needs exactly that record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .course import Course, CourseError
+
+__all__ = ["ReleaseResult", "release"]
+
+
+@dataclass
+class ReleaseResult:
+    """One assignment released: where the student notebooks went, its points."""
+
+    assignment: str
+    notebooks: list[str]
+    points: float
+
+
+def release(course: Course, which: str = "all") -> list[ReleaseResult]:
+    """Generate the student version of ``which`` (an assignment id, a unique prefix
+    such as ``ex05``, or ``"all"``), overwriting earlier releases."""
+    available = course.source_assignments()
+    if which == "all":
+        if not available:
+            raise CourseError(f"no assignments under {course.source_dir}")
+        assignments = available
+    else:
+        assignments = [course.resolve_assignment(which, known=available)]
+    api = course.api()
+    results = []
+    for assignment in assignments:
+        outcome = api.generate_assignment(assignment, force=True, create=True)
+        if not outcome.get("success"):
+            detail = (outcome.get("error") or outcome.get("log") or "").strip()
+            raise CourseError(
+                f"nbgrader generate_assignment {assignment} failed:\n{detail}"
+            )
+        with course.gradebook() as gb:
+            a = gb.find_assignment(assignment)
+            points = float(a.max_score)
+        released = course.release_dir / assignment
+        results.append(
+            ReleaseResult(
+                assignment=assignment,
+                notebooks=sorted(
+                    str(p.relative_to(course.root)) for p in released.glob("*.ipynb")
+                ),
+                points=points,
+            )
+        )
+    return results
