@@ -122,24 +122,33 @@ def _check_equivariance(self_attention: Callable, seed: int, perm: list[int]) ->
                        call="self_attention(x, w_q, w_k, w_v)")
     out_perm = call_student(self_attention, x[p], w_q, w_k, w_v,
                             call="self_attention(x[perm], w_q, w_k, w_v)")
-    if not isinstance(out, torch.Tensor) or not isinstance(out_perm, torch.Tensor):
-        raise CheckFailed("self_attention should return a torch.Tensor")
+    for got in (out, out_perm):
+        if not isinstance(got, torch.Tensor) or got.shape != (len(perm), 3):
+            raise CheckFailed("self_attention(x, w_q, w_k, w_v) with x of shape "
+                              f"{tuple(x.shape)} and w_v of shape {tuple(w_v.shape)} "
+                              f"should return a torch.Tensor of shape ({len(perm)}, 3)")
     expect_close(out_perm, out[p],
                  what=f"permutation equivariance: self_attention(x[perm]) with perm="
                       f"{perm} should equal self_attention(x)[perm]",
                  atol=_ATOL, rtol=_RTOL)
 
 
-def check_self_attention(self_attention: Callable) -> None:
-    """Public check: one sequence, one batch, and permutation equivariance."""
+def _public_self_attention(self_attention: Callable) -> None:
+    """Public cases: one sequence, one batch, and permutation equivariance."""
     _check_attention_case(self_attention, 0, None, 5, 4, 3, 2)
     _check_attention_case(self_attention, 1, 2, 5, 4, 3, 2)
     _check_equivariance(self_attention, 2, [3, 0, 4, 1, 2])
+
+
+def check_self_attention(self_attention: Callable) -> None:
+    """Public check: one sequence, one batch, and permutation equivariance."""
+    _public_self_attention(self_attention)
     passed("self_attention", public=True)
 
 
 def grade_self_attention(self_attention: Callable) -> None:
     """Hidden grade: more sizes, one token, batches of 3, float64, equivariance."""
+    _public_self_attention(self_attention)
     cases = [
         (10, None, 7, 8, 5, 3, torch.float32),
         (11, 3, 6, 5, 2, 4, torch.float32),
@@ -194,21 +203,31 @@ def _check_perm_property(permutation_matrix: Callable, perm: list[int]) -> None:
     if not isinstance(got, torch.Tensor) or not got.is_floating_point():
         raise CheckFailed(f"{call} should be a floating-point torch.Tensor, so that "
                           "P @ x works for float x")
-    expect_close(got @ x, expected, what=f"P @ x with P = {call}", atol=1e-6,
+    if got.shape != (n, n):
+        raise CheckFailed(f"{call} has the wrong shape: expected {(n, n)}, "
+                          f"got {tuple(got.shape)}")
+    p = got.double()  # (n, n)
+    expect_close(p @ x.double(), expected, what=f"P @ x with P = {call}", atol=1e-6,
                  rtol=1e-6)
-    expect_close(got.T @ got, torch.eye(n), what=f"P^T P with P = {call}",
+    expect_close(p.T @ p, torch.eye(n), what=f"P^T P with P = {call}",
                  atol=1e-6, rtol=1e-6)
+
+
+def _public_permutation_matrix(permutation_matrix: Callable) -> None:
+    """Public cases: a 4-cycle given as a list and as a tensor."""
+    _check_perm(permutation_matrix, [2, 0, 3, 1], as_tensor=False)
+    _check_perm(permutation_matrix, [1, 2, 0], as_tensor=True)
 
 
 def check_permutation_matrix(permutation_matrix: Callable) -> None:
     """Public check: a 4-cycle given as a list and as a tensor."""
-    _check_perm(permutation_matrix, [2, 0, 3, 1], as_tensor=False)
-    _check_perm(permutation_matrix, [1, 2, 0], as_tensor=True)
+    _public_permutation_matrix(permutation_matrix)
     passed("permutation_matrix", public=True)
 
 
 def grade_permutation_matrix(permutation_matrix: Callable) -> None:
     """Hidden grade: n = 1, identity, swaps, seeded random permutations, property."""
+    _public_permutation_matrix(permutation_matrix)
     g = torch.Generator().manual_seed(2024)
     randoms = [torch.randperm(n, generator=g).tolist() for n in (6, 9, 12)]
     perms = [[0], [0, 1, 2], [1, 0], [4, 3, 2, 1, 0], [1, 2, 3, 4, 0], *randoms]

@@ -132,16 +132,23 @@ def _check_encoding(sinusoidal_encoding: Callable, max_len: int, d_model: int, *
     return got
 
 
-def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
-    """Public check: two small tables, compared entry by entry."""
+def _public_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
+    """Public cases: two small tables, compared entry by entry."""
     _check_encoding(sinusoidal_encoding, 6, 4, properties=True)
     _check_encoding(sinusoidal_encoding, 10, 8, properties=True)
+
+
+def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
+    """Public check: two small tables, compared entry by entry."""
+    _public_sinusoidal_encoding(sinusoidal_encoding)
     passed("sinusoidal_encoding", public=True)
 
 
 def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
     """Hidden grade: one position, d_model = 2, wide and long tables, unique rows."""
-    for max_len, d_model in ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64)):
+    _public_sinusoidal_encoding(sinusoidal_encoding)
+    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64))
+    for max_len, d_model in cases:
         _check_encoding(sinusoidal_encoding, max_len, d_model, properties=True)
     got = _check_encoding(sinusoidal_encoding, 200, 32, properties=True).double()
     distances = torch.cdist(got, got) + torch.eye(200, dtype=torch.float64)  # (L, L)
@@ -149,7 +156,8 @@ def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
         p, q = (int(v) for v in (distances < 1e-3).nonzero()[0])
         raise CheckFailed(f"sinusoidal_encoding(200, 32): rows {p} and {q} are equal; "
                           "every position must get its own encoding")
-    passed("sinusoidal_encoding", public=False, detail="7 table sizes")
+    passed("sinusoidal_encoding", public=False,
+           detail=f"{len(cases) + 3} table sizes")
 
 
 def _padding_mistakes(mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
@@ -212,12 +220,19 @@ def _check_position_ids(position_ids_from_attention_mask: Callable,
     expect_equal(got, expected, what=call, mistakes=mistakes)
 
 
+def _public_position_ids_from_attention_mask(
+    position_ids_from_attention_mask: Callable,
+) -> None:
+    """Public cases: a left- and right-padded batch, and a batch of left padding."""
+    for rows in _PUBLIC_MASKS:
+        _check_position_ids(position_ids_from_attention_mask, torch.tensor(rows))
+
+
 def check_position_ids_from_attention_mask(
     position_ids_from_attention_mask: Callable,
 ) -> None:
     """Public check: a left- and right-padded batch, and a batch of left padding."""
-    for rows in _PUBLIC_MASKS:
-        _check_position_ids(position_ids_from_attention_mask, torch.tensor(rows))
+    _public_position_ids_from_attention_mask(position_ids_from_attention_mask)
     passed("position_ids_from_attention_mask", public=True)
 
 
@@ -225,6 +240,7 @@ def grade_position_ids_from_attention_mask(
     position_ids_from_attention_mask: Callable,
 ) -> None:
     """Hidden grade: no padding, all padding, length 1, both sides, bool and int32."""
+    _public_position_ids_from_attention_mask(position_ids_from_attention_mask)
     masks = _hidden_masks()
     for mask in masks:
         _check_position_ids(position_ids_from_attention_mask, mask)

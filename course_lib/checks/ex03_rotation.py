@@ -29,7 +29,6 @@ from ._core import (
     Mistake,
     call_student,
     expect_close,
-    expect_scalar,
     passed,
 )
 
@@ -124,16 +123,22 @@ def _check_shift_property(offset_matrix: Callable, k: int, d_model: int) -> None
                  atol=1e-4, rtol=1e-4)
 
 
-def check_offset_matrix(offset_matrix: Callable) -> None:
-    """Public check: two offsets for d_model 4 and 8, and the shift property."""
+def _public_offset_matrix(offset_matrix: Callable) -> None:
+    """Public cases: two offsets for d_model 4 and 8, and the shift property."""
     _check_offset(offset_matrix, 1, 4)
     _check_offset(offset_matrix, 3, 8)
     _check_shift_property(offset_matrix, 2, 6)
+
+
+def check_offset_matrix(offset_matrix: Callable) -> None:
+    """Public check: two offsets for d_model 4 and 8, and the shift property."""
+    _public_offset_matrix(offset_matrix)
     passed("offset_matrix", public=True)
 
 
 def grade_offset_matrix(offset_matrix: Callable) -> None:
     """Hidden grade: k = 0, negative k, d_model = 2, large k, shift and composition."""
+    _public_offset_matrix(offset_matrix)
     cases = ((0, 4), (-2, 6), (5, 2), (7, 16), (30, 10), (-11, 8), (1, 64))
     for k, d_model in cases:
         _check_offset(offset_matrix, k, d_model)
@@ -199,12 +204,37 @@ def _as_number(name: str, value: object) -> float:
 
 def _check_dot(name: str, value: float, expected: float) -> None:
     p, q = _PAIRS[name]
-    mistakes = [(v, e) for v, e in _dot_mistakes(p, q)
-                if abs(v - expected) > _DOT_ATOL]
-    expect_scalar(value, expected,
-                  what=f"{name} (PE({p}) . PE({q}) for d_model = 4; give at least 6 "
-                       "decimals, or an exact expression such as math.cos(...))",
-                  atol=_DOT_ATOL, mistakes=mistakes)
+    what = f"{name} (PE({p}) . PE({q}) for d_model = 4)"
+    if abs(value - expected) <= _DOT_ATOL:
+        return
+    for wrong, explanation in _dot_mistakes(p, q):
+        if abs(wrong - expected) > _DOT_ATOL and abs(value - wrong) <= 1e-6:
+            raise CheckFailed(f"{what} = {value:.6f} is wrong in a known way: "
+                              f"{explanation}")
+    if abs(value - expected) <= 1e-3:
+        raise CheckFailed(f"{what} = {value} is close to the right value but not "
+                          f"within {_DOT_ATOL:g}: give at least 6 decimals, or an "
+                          "exact expression with math.cos / math.sin")
+    raise CheckFailed(f"{what}: expected {expected:.6f}, got {value:.6f}. Hint: "
+                      "PE(p) . PE(q) = sum_i sin(p w_i) sin(q w_i) + cos(p w_i) "
+                      "cos(q w_i) with w_0 = 1 and w_1 = 10000^(-2/4)")
+
+
+def _public_part(values: dict[str, float], expected: dict[str, float]) -> None:
+    _check_dot("pe0_dot_pe1", values["pe0_dot_pe1"], expected["pe0_dot_pe1"])
+    if abs(values["pe5_dot_pe6"] - values["pe0_dot_pe1"]) > _DOT_ATOL:
+        raise CheckFailed(
+            f"pe5_dot_pe6 = {values['pe5_dot_pe6']:.6g} differs from pe0_dot_pe1 = "
+            f"{values['pe0_dot_pe1']:.6g}, but both pairs are one position apart, and "
+            "PE(p) . PE(q) = sum_i cos((p - q) w_i) depends only on p - q"
+        )
+
+
+def _numbers(pe0_dot_pe1: object, pe5_dot_pe6: object,
+             pe0_dot_pe5: object) -> dict[str, float]:
+    given = {"pe0_dot_pe1": pe0_dot_pe1, "pe5_dot_pe6": pe5_dot_pe6,
+             "pe0_dot_pe5": pe0_dot_pe5}
+    return {name: _as_number(name, value) for name, value in given.items()}
 
 
 def check_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
@@ -214,25 +244,17 @@ def check_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
     Call it with the three numbers in this order:
     ``check_hand_computation(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)``.
     """
-    expected = _expected_dots()
-    values = {name: _as_number(name, v) for name, v in
-              (("pe0_dot_pe1", pe0_dot_pe1), ("pe5_dot_pe6", pe5_dot_pe6),
-               ("pe0_dot_pe5", pe0_dot_pe5))}
-    _check_dot("pe0_dot_pe1", values["pe0_dot_pe1"], expected["pe0_dot_pe1"])
-    if abs(values["pe5_dot_pe6"] - values["pe0_dot_pe1"]) > _DOT_ATOL:
-        raise CheckFailed(
-            f"pe5_dot_pe6 = {values['pe5_dot_pe6']:.6g} differs from pe0_dot_pe1 = "
-            f"{values['pe0_dot_pe1']:.6g}, but both pairs are one position apart, and "
-            "PE(p) . PE(q) = sum_i cos((p - q) w_i) depends only on p - q"
-        )
+    _public_part(_numbers(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5), _expected_dots())
     passed("hand_computation", public=True)
 
 
 def grade_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
                            pe0_dot_pe5: object) -> None:
-    """Hidden grade: all three dot products, with hints for the known mistakes."""
+    """Hidden grade: the public part, then all three values, with hints for the
+    known mistakes."""
+    values = _numbers(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)
     expected = _expected_dots()
-    for name, value in (("pe0_dot_pe1", pe0_dot_pe1), ("pe5_dot_pe6", pe5_dot_pe6),
-                        ("pe0_dot_pe5", pe0_dot_pe5)):
-        _check_dot(name, _as_number(name, value), expected[name])
-    passed("hand_computation", public=False)
+    _public_part(values, expected)
+    for name, value in values.items():
+        _check_dot(name, value, expected[name])
+    passed("hand_computation", public=False, detail="3 dot products")

@@ -94,15 +94,21 @@ def _check_frequencies(rope_frequencies: Callable, head_dim: int) -> None:
                  dtype="float")
 
 
-def check_rope_frequencies(rope_frequencies: Callable) -> None:
-    """Public check: head_dim 4 and 8."""
+def _public_rope_frequencies(rope_frequencies: Callable) -> None:
+    """Public cases: head_dim 4 and 8."""
     for head_dim in (4, 8):
         _check_frequencies(rope_frequencies, head_dim)
+
+
+def check_rope_frequencies(rope_frequencies: Callable) -> None:
+    """Public check: head_dim 4 and 8."""
+    _public_rope_frequencies(rope_frequencies)
     passed("rope_frequencies", public=True)
 
 
 def grade_rope_frequencies(rope_frequencies: Callable) -> None:
     """Hidden grade: head_dim 2 (one pair), odd numbers of pairs, large head_dim."""
+    _public_rope_frequencies(rope_frequencies)
     dims = (2, 6, 10, 16, 64, 128)
     for head_dim in dims:
         _check_frequencies(rope_frequencies, head_dim)
@@ -235,18 +241,24 @@ def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int) -> No
             )
 
 
-def check_apply_rope(apply_rope: Callable) -> None:
-    """Public check: a (batch, heads, seq, d) tensor, an offset, the properties."""
+def _public_apply_rope(apply_rope: Callable) -> None:
+    """Public cases: a (batch, heads, seq, d) tensor, an offset, the properties."""
     x, pos = _rope_input(0, (2, 3, 5, 8), torch.arange(5))
     _check_rope(apply_rope, x, pos)
     x, pos = _rope_input(1, (4, 6), torch.arange(10, 14))
     _check_rope(apply_rope, x, pos)
     _check_rope_properties(apply_rope, 2, 8)
+
+
+def check_apply_rope(apply_rope: Callable) -> None:
+    """Public check: a (batch, heads, seq, d) tensor, an offset, the properties."""
+    _public_apply_rope(apply_rope)
     passed("apply_rope", public=True)
 
 
 def grade_apply_rope(apply_rope: Callable) -> None:
     """Hidden grade: head_dim 2, one token, arbitrary positions, float64, properties."""
+    _public_apply_rope(apply_rope)
     g = torch.Generator().manual_seed(42)
     cases = [
         (10, (3, 2), torch.arange(3), torch.float32),
@@ -308,13 +320,20 @@ def _check_permutation_property(fn: Callable, head_dim: int) -> None:
                       f"apply_rope(x)[..., P] with P = {call}", atol=1e-5, rtol=1e-4)
 
 
+def _public_interleaved_to_half_permutation(
+    interleaved_to_half_permutation: Callable,
+) -> None:
+    """Public cases: head_dim 4 and 8, and the defining property for head_dim 8."""
+    for head_dim in (4, 8):
+        _check_permutation(interleaved_to_half_permutation, head_dim)
+    _check_permutation_property(interleaved_to_half_permutation, 8)
+
+
 def check_interleaved_to_half_permutation(
     interleaved_to_half_permutation: Callable,
 ) -> None:
     """Public check: head_dim 4 and 8, and the defining property for head_dim 8."""
-    for head_dim in (4, 8):
-        _check_permutation(interleaved_to_half_permutation, head_dim)
-    _check_permutation_property(interleaved_to_half_permutation, 8)
+    _public_interleaved_to_half_permutation(interleaved_to_half_permutation)
     passed("interleaved_to_half_permutation", public=True)
 
 
@@ -322,6 +341,7 @@ def grade_interleaved_to_half_permutation(
     interleaved_to_half_permutation: Callable,
 ) -> None:
     """Hidden grade: head_dim 2, odd numbers of pairs, large head_dim, property."""
+    _public_interleaved_to_half_permutation(interleaved_to_half_permutation)
     dims = (2, 6, 10, 16, 64)
     for head_dim in dims:
         _check_permutation(interleaved_to_half_permutation, head_dim)

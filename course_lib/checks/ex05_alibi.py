@@ -103,15 +103,21 @@ def _check_slopes(alibi_slopes: Callable, n: int) -> None:
                  mistakes=mistakes, dtype="float")
 
 
-def check_alibi_slopes(alibi_slopes: Callable) -> None:
-    """Public check: slopes for 8 and 4 heads (powers of two)."""
+def _public_alibi_slopes(alibi_slopes: Callable) -> None:
+    """Public cases: slopes for 8 and 4 heads (powers of two)."""
     for n in (8, 4):
         _check_slopes(alibi_slopes, n)
+
+
+def check_alibi_slopes(alibi_slopes: Callable) -> None:
+    """Public check: slopes for 8 and 4 heads (powers of two)."""
+    _public_alibi_slopes(alibi_slopes)
     passed("alibi_slopes", public=True)
 
 
 def grade_alibi_slopes(alibi_slopes: Callable) -> None:
     """Hidden grade: 1 head, powers of two and other head counts (6, 12, 24, ...)."""
+    _public_alibi_slopes(alibi_slopes)
     for n in (1, 2, 3, 5, 6, 8, 12, 16, 24, 32):
         _check_slopes(alibi_slopes, n)
     passed("alibi_slopes", public=False, detail="10 head counts")
@@ -200,15 +206,21 @@ def _check_bias(alibi_bias: Callable, n: int, seq_len: int, *,
                  mistakes=mistakes, dtype="float")
 
 
-def check_alibi_bias(alibi_bias: Callable) -> None:
-    """Public check: 4 heads and 8 heads on short sequences."""
+def _public_alibi_bias(alibi_bias: Callable) -> None:
+    """Public cases: 4 heads and 8 heads on short sequences."""
     for n, seq_len in ((4, 5), (8, 6)):
         _check_bias(alibi_bias, n, seq_len, properties=True)
+
+
+def check_alibi_bias(alibi_bias: Callable) -> None:
+    """Public check: 4 heads and 8 heads on short sequences."""
+    _public_alibi_bias(alibi_bias)
     passed("alibi_bias", public=True)
 
 
 def grade_alibi_bias(alibi_bias: Callable) -> None:
     """Hidden grade: 1 head, 6 and 12 heads, odd/even lengths, length 1, properties."""
+    _public_alibi_bias(alibi_bias)
     cases = ((12, 9), (1, 4), (2, 1), (6, 7), (12, 8), (16, 3), (3, 10))
     for n, seq_len in cases:
         _check_bias(alibi_bias, n, seq_len, properties=True)

@@ -1,0 +1,374 @@
+"""The graders of exercises 1-5 are themselves tested.
+
+For every graded function: correct implementations in several styles (loops written
+from the paper's equation, float64, complex numbers, ...) pass the public check and
+the hidden grader; every wrong implementation of the bug zoo (tests/zoo/ex01_*.py ..
+ex05_*.py) is rejected by the hidden grader, and by the public check where marked,
+with the message that explains its mistake; a function that only calls course_lib
+(as ``course_lib.name`` or imported by name) and the untouched stub earn nothing.
+Nothing is ever written to stderr (nbgrader scores such a cell 0).
+
+The notebooks are checked too, in this process (no kernel, no nbgrader): the source
+notebooks carry the nbgrader cells the contract names, their solutions pass every
+test cell, and the releases carry stubs that fail every test cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from zoo import ex01_permutation as z01
+from zoo import ex02_sinusoidal as z02
+from zoo import ex03_rotation as z03
+from zoo import ex04_rope as z04
+from zoo import ex05_alibi as z05
+
+from course_lib.checks import CheckFailed
+from course_lib.checks import ex01_permutation as g01
+from course_lib.checks import ex02_sinusoidal as g02
+from course_lib.checks import ex03_rotation as g03
+from course_lib.checks import ex04_rope as g04
+from course_lib.checks import ex05_alibi as g05
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIRS = [(g01, z01), (g02, z02), (g03, z03), (g04, z04), (g05, z05)]
+ASSIGNMENTS = {
+    "ex01_permutation": ["self_attention", "permutation_matrix"],
+    "ex02_sinusoidal": ["sinusoidal_encoding", "position_ids_from_attention_mask"],
+    "ex03_rotation": ["offset_matrix", "hand_computation"],
+    "ex04_rope": ["rope_frequencies", "apply_rope", "interleaved_to_half_permutation"],
+    "ex05_alibi": ["alibi_slopes", "alibi_bias"],
+}
+HAND_ARGS = "pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5"
+
+
+def _graders(name: str):
+    for grader, _ in PAIRS:
+        if hasattr(grader, f"check_{name}"):
+            return getattr(grader, f"check_{name}"), getattr(grader, f"grade_{name}")
+    raise KeyError(name)
+
+
+NAMES = [name for _, zoo in PAIRS for name in zoo.CORRECT]
+CORRECT = [
+    pytest.param(name, fn, id=f"{name}-{fn.__name__}")
+    for _, zoo in PAIRS
+    for name, fns in zoo.CORRECT.items()
+    for fn in fns
+]
+WRONG = [
+    pytest.param(name, fn, fragment, public, id=f"{name}-{fn.__name__}")
+    for _, zoo in PAIRS
+    for name, entries in zoo.WRONG.items()
+    for fn, fragment, public in entries
+]
+CALLS_LIBRARY = [
+    pytest.param(name, fn, id=f"{name}-{fn.__name__}")
+    for _, zoo in PAIRS
+    for name, fns in zoo.CALLS_LIBRARY.items()
+    for fn in fns
+]
+
+
+def test_every_graded_function_has_a_zoo() -> None:
+    functions = {n for names in ASSIGNMENTS.values() for n in names}
+    assert set(NAMES) == functions - {"hand_computation"}
+    for grader, zoo in PAIRS:
+        names = set(zoo.CORRECT) | ({"hand_computation"} if zoo is z03 else set())
+        assert set(grader.__all__) == {
+            f"{kind}_{n}" for n in names for kind in ("check", "grade")
+        }
+        for name in zoo.CORRECT:
+            assert len(zoo.WRONG[name]) >= 3, name
+            assert len(zoo.CORRECT[name]) >= 3, name
+            assert len(zoo.CALLS_LIBRARY[name]) == 2, name
+    assert len(z03.HAND_WRONG) >= 3 and len(z03.HAND_CORRECT) >= 3
+
+
+def _assert_passed_lines(name: str, out: str) -> None:
+    lines = out.strip().splitlines()
+    assert len(lines) == 2, out
+    assert lines[0] == (
+        f"{name}: all public checks passed. More (hidden) tests run when your work "
+        "is graded."
+    )
+    assert re.fullmatch(rf"{name}: passed( \(.+\))?\.", lines[1]), lines[1]
+
+
+@pytest.mark.parametrize("name,fn", CORRECT)
+def test_correct_variant_passes(name, fn, capsys) -> None:
+    check, grade = _graders(name)
+    check(fn)
+    grade(fn)
+    out, err = capsys.readouterr()
+    assert err == ""
+    _assert_passed_lines(name, out)
+
+
+@pytest.mark.parametrize("name,fn,fragment,public", WRONG)
+def test_wrong_variant_is_rejected(name, fn, fragment, public, capsys) -> None:
+    check, grade = _graders(name)
+    with pytest.raises(CheckFailed, match=re.escape(fragment)):
+        grade(fn)
+    if public:
+        with pytest.raises(CheckFailed, match=re.escape(fragment)):
+            check(fn)
+        assert "passed" not in capsys.readouterr().out
+    else:  # a bug only the hidden cases find: the public check lets it through
+        check(fn)
+        assert "all public checks passed" in capsys.readouterr().out
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name,fn", CALLS_LIBRARY)
+def test_calling_the_library_earns_nothing(name, fn, capsys) -> None:
+    check, grade = _graders(name)
+    for grader in (check, grade):
+        with pytest.raises(CheckFailed, match="calls the course_lib reference"):
+            grader(fn)
+    out, err = capsys.readouterr()
+    assert err == "" and out == ""
+
+
+def test_the_library_is_restored_after_a_trap() -> None:
+    import course_lib
+
+    before = (course_lib.alibi_bias, course_lib.alibi.alibi_bias, z05.alibi_bias)
+    with pytest.raises(CheckFailed):
+        g05.check_alibi_bias(z05.bias_imported_from_library)
+    after = (course_lib.alibi_bias, course_lib.alibi.alibi_bias, z05.alibi_bias)
+    assert after == before
+
+
+def _stub(*args, **kwargs):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stub_fails_with_the_stub_message(name, capsys) -> None:
+    check, grade = _graders(name)
+    for grader in (check, grade):
+        with pytest.raises(CheckFailed, match="still the stub"):
+            grader(_stub)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_non_tensor_answer_is_explained(name) -> None:
+    check, _ = _graders(name)
+    with pytest.raises(CheckFailed, match="should (return|be)"):
+        check(lambda *args, **kwargs: None)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_crash_is_reported_with_the_call(name) -> None:
+    def crashes(*args, **kwargs):
+        return torch.zeros(3) @ torch.zeros(4)
+
+    check, _ = _graders(name)
+    with pytest.raises(CheckFailed, match=r"raised RuntimeError"):
+        check(crashes)
+
+
+# --- the hand computation of exercise 3
+
+
+@pytest.mark.parametrize("values", z03.HAND_CORRECT, ids=lambda v: type(v[0]).__name__)
+def test_hand_computation_accepts_right_numbers(values, capsys) -> None:
+    g03.check_hand_computation(*values)
+    g03.grade_hand_computation(*values)
+    out, err = capsys.readouterr()
+    assert err == ""
+    _assert_passed_lines("hand_computation", out)
+
+
+@pytest.mark.parametrize(
+    "values,fragment,public", z03.HAND_WRONG, ids=[e[1] for e in z03.HAND_WRONG]
+)
+def test_hand_computation_rejects_known_mistakes(values, fragment, public,
+                                                 capsys) -> None:
+    with pytest.raises(CheckFailed, match=re.escape(fragment)):
+        g03.grade_hand_computation(*values)
+    if public:
+        with pytest.raises(CheckFailed, match=re.escape(fragment)):
+            g03.check_hand_computation(*values)
+    else:
+        g03.check_hand_computation(*values)
+    assert capsys.readouterr().err == ""
+
+
+def test_hand_computation_expected_values_are_the_cosine_sums() -> None:
+    """PE(p) . PE(q) = cos(p - q) + cos((p - q) / 100) for d_model = 4 (the identity
+    the exercise leads to), independently of the library's table."""
+    import math
+
+    got = g03._expected_dots()
+    assert got["pe0_dot_pe1"] == pytest.approx(math.cos(1) + math.cos(0.01), abs=1e-6)
+    assert got["pe5_dot_pe6"] == pytest.approx(math.cos(1) + math.cos(0.01), abs=1e-6)
+    assert got["pe0_dot_pe5"] == pytest.approx(math.cos(5) + math.cos(0.05), abs=1e-6)
+
+
+# --- graders see through special cases and keep their expected answers
+
+
+def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
+    """Power-of-two-only slopes pass the public check (8 and 4 heads) but not the
+    hidden one, which asks for 12 and 6 heads."""
+    g05.check_alibi_slopes(z05.slopes_power_of_two_only)
+    with pytest.raises(CheckFailed, match=r"alibi_slopes\(3\)"):
+        g05.grade_alibi_slopes(z05.slopes_power_of_two_only)
+
+
+def test_a_student_that_patches_the_library_does_not_change_the_expected_answer(
+) -> None:
+    """Expected answers come from references captured at import: a submission that
+    rebinds course_lib.sinusoidal.sinusoidal_encoding to its own (wrong) function
+    is still compared with the right table."""
+    import course_lib.sinusoidal as lib
+
+    def sneaky(max_len, d_model):
+        lib.sinusoidal_encoding = z02.pe_concatenated
+        return z02.pe_concatenated(max_len, d_model)
+
+    original = lib.sinusoidal_encoding
+    try:
+        with pytest.raises(CheckFailed, match="concatenated"):
+            g02.check_sinusoidal_encoding(sneaky)
+        with pytest.raises(CheckFailed, match="concatenated"):
+            g02.check_sinusoidal_encoding(sneaky)
+    finally:
+        lib.sinusoidal_encoding = original
+
+
+def test_permutation_mistakes_are_not_reported_for_involutions(capsys) -> None:
+    """For a swap, P^T = P: the transposed answer is right there and must pass."""
+    g01._check_perm(z01.perm_transposed, [1, 0], as_tensor=False)
+    g01._check_perm(z01.perm_transposed, [4, 3, 2, 1, 0], as_tensor=True)
+    assert capsys.readouterr().err == ""
+
+
+# --- the notebooks
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def _nbgrader(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _source(cell: dict) -> str:
+    src = cell["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _test_args(name: str) -> str:
+    return HAND_ARGS if name == "hand_computation" else name
+
+
+@pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
+def test_source_notebook_has_the_contracted_cells(assignment) -> None:
+    path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+    cells = _cells(path)
+    ids = [_nbgrader(c).get("grade_id") for c in cells if _nbgrader(c)]
+    assert len(ids) == len(set(ids)), ids
+    module = f"course_lib.checks.{assignment}"
+    by_id = {_nbgrader(c)["grade_id"]: c for c in cells if _nbgrader(c)}
+    for name in ASSIGNMENTS[assignment]:
+        answer = by_id[f"{name}__answer"]
+        assert _nbgrader(answer)["solution"] and not _nbgrader(answer)["grade"]
+        assert "### BEGIN SOLUTION" in _source(answer)
+        assert "### END SOLUTION" in _source(answer)
+        if name != "hand_computation":
+            assert f"def {name}(" in _source(answer)
+        public = by_id[f"{name}__public"]
+        meta = _nbgrader(public)
+        assert meta["grade"] and meta["locked"] and meta["points"] == 1
+        assert not meta["solution"]
+        assert f"from {module} import check_{name}" in _source(public)
+        assert _source(public).rstrip().endswith(f"check_{name}({_test_args(name)})")
+        hidden = by_id[f"{name}__hidden"]
+        meta = _nbgrader(hidden)
+        assert meta["grade"] and meta["locked"] and meta["points"] == 2
+        assert _source(hidden).strip() == (
+            f"### BEGIN HIDDEN TESTS\ngrade_{name}({_test_args(name)})\n"
+            "### END HIDDEN TESTS"
+        )
+        assert cells.index(answer) < cells.index(public) < cells.index(hidden)
+    intro = _source(cells[0])
+    chapter = re.search(r"\(\.\./\.\./book/(\d\d-[a-z-]+)\.md\)", intro)
+    assert chapter, intro
+    assert chapter.group(1).startswith(assignment[2:4])
+    assert f"file: book/{chapter.group(1)}\n" in (ROOT / "_toc.yml").read_text()
+
+
+def test_written_answer_of_exercise_1_is_manually_graded() -> None:
+    cells = _cells(ROOT / "solutions/ex01_permutation/ex01_permutation.ipynb")
+    (written,) = [c for c in cells if _nbgrader(c).get("grade_id")
+                  == "equivariance__answer"]
+    meta = _nbgrader(written)
+    assert written["cell_type"] == "markdown"
+    assert meta["grade"] and meta["solution"] and meta["points"] == 2
+    assert "equivariant" in _source(written).lower()
+
+
+def _run_cells(cells: list[dict]) -> dict[str, str | None]:
+    """Execute the code cells in one namespace, like a kernel; return, per graded
+    cell, None when it passed or the error it raised. Stdout is captured; anything
+    on stderr fails the test."""
+    namespace: dict = {"__name__": "__main__"}
+    results: dict[str, str | None] = {}
+    out, err = io.StringIO(), io.StringIO()
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        grade_id = _nbgrader(cell).get("grade_id")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                exec(compile(_source(cell), grade_id or "<cell>", "exec"), namespace)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a failing cell is a result here
+            error = f"{type(exc).__name__}: {exc}"
+        if grade_id and _nbgrader(cell).get("grade"):
+            results[grade_id] = error
+    assert err.getvalue() == ""
+    return results
+
+
+@pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
+def test_solution_passes_every_test_cell(assignment) -> None:
+    path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+    results = _run_cells(_cells(path))
+    assert results and all(error is None for error in results.values()), results
+    assert len(results) == 2 * len(ASSIGNMENTS[assignment])
+
+
+@pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
+def test_release_is_a_stub_that_fails_every_test_cell(assignment) -> None:
+    path = ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
+    text = path.read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"):
+        assert marker not in text
+    cells = _cells(path)
+    answers = [c for c in cells if _nbgrader(c).get("solution")
+               and c["cell_type"] == "code"]
+    assert len(answers) == len(ASSIGNMENTS[assignment])
+    for cell in answers:
+        assert _source(cell).rstrip().endswith("raise NotImplementedError()")
+    results = _run_cells(cells)
+    public = {k: v for k, v in results.items() if k.endswith("__public")}
+    assert len(public) == len(ASSIGNMENTS[assignment])
+    for grade_id, error in public.items():
+        assert error is not None, grade_id
+        assert "still the stub" in error or "NameError" in error, error
+    # The hidden cells are empty in the release; nbgrader restores them at grading.
+    assert all(_source(c).strip() == "" for c in cells
+               if _nbgrader(c).get("grade_id", "").endswith("__hidden"))

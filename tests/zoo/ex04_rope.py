@@ -1,0 +1,259 @@
+"""Bug zoo of exercise 4: correct variants the graders must accept and wrong
+implementations they must reject, with the message fragment each rejection shows.
+
+``WRONG[name]`` lists ``(function, fragment, public)``: ``public`` says whether the
+public check (not only the hidden grader) must reject it too. ``CALLS_LIBRARY[name]``
+lists functions that only call the reference, through ``course_lib.<name>`` and
+through a module-level ``from course_lib import <name>``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import course_lib
+from course_lib import apply_rope, interleaved_to_half_permutation, rope_frequencies
+
+# --- rope_frequencies: correct
+
+
+def freq_inverse_power(head_dim):
+    return 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+
+
+def freq_exp_log(head_dim):
+    i = torch.arange(head_dim // 2, dtype=torch.float32)
+    return torch.exp(-2 * i / head_dim * math.log(10000.0))
+
+
+def freq_list_float64(head_dim):
+    return torch.tensor([10000 ** (-2 * i / head_dim) for i in range(head_dim // 2)],
+                        dtype=torch.float64)
+
+
+# --- rope_frequencies: wrong
+
+
+def freq_doubled_exponent(head_dim):
+    return 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() * 2 / head_dim))
+
+
+def freq_i_not_2i(head_dim):
+    return 1.0 / (10000 ** (torch.arange(head_dim // 2).float() / head_dim))
+
+
+def freq_positive_exponent(head_dim):
+    return 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
+
+
+def freq_one_per_dimension(head_dim):
+    return 1.0 / (10000 ** (torch.arange(head_dim).float() / head_dim))
+
+
+def freq_from_one(head_dim):
+    return 1.0 / (10000 ** (torch.arange(2, head_dim + 2, 2).float() / head_dim))
+
+
+# --- apply_rope: correct
+
+
+def _angles(positions, head_dim, dtype=torch.float64):
+    theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return (positions.double()[:, None] * theta).to(dtype)  # (seq, d/2)
+
+
+def rope_stack(x, positions):
+    a = _angles(positions, x.shape[-1], x.dtype)
+    cos, sin = a.cos(), a.sin()
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+
+def rope_complex(x, positions):
+    """Meta's LLaMA formulation: pairs as complex numbers times e^(i m theta)."""
+    a = _angles(positions, x.shape[-1])
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+    return torch.view_as_real(z * torch.polar(torch.ones_like(a), a)).flatten(-2).to(
+        x.dtype
+    )
+
+
+def rope_loops(x, positions):
+    """The RoFormer equation pair by pair, token by token (slow, but right)."""
+    flat = x.reshape(-1, x.shape[-2], x.shape[-1]).double()
+    out = torch.empty_like(flat)
+    d = x.shape[-1]
+    for b in range(flat.shape[0]):
+        for t, m in enumerate(positions.tolist()):
+            for i in range(d // 2):
+                angle = m * 10000 ** (-2 * i / d)
+                c, s = math.cos(angle), math.sin(angle)
+                a, bb = flat[b, t, 2 * i].item(), flat[b, t, 2 * i + 1].item()
+                out[b, t, 2 * i] = a * c - bb * s
+                out[b, t, 2 * i + 1] = a * s + bb * c
+    return out.reshape(x.shape).to(x.dtype)
+
+
+def rope_rotation_matrices_float32(x, positions):
+    a = _angles(positions, x.shape[-1]).float()  # (seq, d/2)
+    c, s = a.cos(), a.sin()
+    rot = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)  # (..., seq, d/2, 2)
+    return torch.einsum("tprc,...tpc->...tpr", rot, pairs).flatten(-2).to(x.dtype)
+
+
+# --- apply_rope: wrong
+
+
+def rope_rotate_half(x, positions):
+    d = x.shape[-1]
+    a = _angles(positions, d, x.dtype)
+    cos, sin = torch.cat([a.cos(), a.cos()], -1), torch.cat([a.sin(), a.sin()], -1)
+    rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
+    return x * cos + rotated * sin
+
+
+def rope_seed_simplified(x, positions):
+    """The seed text's 'simplified' RoPE: reads (2i, 2i+1), writes [evens | odds]."""
+    a = _angles(positions, x.shape[-1], x.dtype)
+    cos, sin = a.cos(), a.sin()
+    return torch.cat([x[..., ::2] * cos - x[..., 1::2] * sin,
+                      x[..., ::2] * sin + x[..., 1::2] * cos], dim=-1)
+
+
+def rope_negative_angle(x, positions):
+    return rope_stack(x, -positions)
+
+
+def rope_positions_reversed(x, positions):
+    return rope_stack(x, positions.flip(0))
+
+
+def rope_ignores_positions(x, positions):
+    return rope_stack(x, torch.arange(x.shape[-2]))
+
+
+def rope_doubled_exponent(x, positions):
+    d = x.shape[-1]
+    theta = 1.0 / (10000 ** (torch.arange(0, d, 2).float() * 2 / d))
+    a = positions.float()[:, None] * theta
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()],
+                       -1).flatten(-2)
+
+
+def rope_in_place(x, positions):
+    x.copy_(rope_stack(x, positions))
+    return x
+
+
+def rope_sin_times_x(x, positions):
+    a = _angles(positions, x.shape[-1], x.dtype)
+    return x * a.cos().repeat_interleave(2, -1) + x * a.sin().repeat_interleave(2, -1)
+
+
+# --- interleaved_to_half_permutation: correct
+
+
+def perm_cat(head_dim):
+    return torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+
+
+def perm_sort_by_parity(head_dim):
+    index = torch.arange(head_dim)
+    return index[torch.argsort(index % 2 * head_dim + index)]
+
+
+def perm_list_int32(head_dim):
+    evens = list(range(0, head_dim, 2))
+    return torch.tensor(evens + [i + 1 for i in evens], dtype=torch.int32)
+
+
+# --- interleaved_to_half_permutation: wrong
+
+
+def perm_inverse(head_dim):
+    return torch.argsort(perm_cat(head_dim))
+
+
+def perm_odds_first(head_dim):
+    return torch.cat([torch.arange(1, head_dim, 2), torch.arange(0, head_dim, 2)])
+
+
+def perm_identity(head_dim):
+    return torch.arange(head_dim)
+
+
+def perm_float(head_dim):
+    return perm_cat(head_dim).float()
+
+
+# --- calls the library
+
+
+def freq_calls_library(head_dim):
+    return course_lib.rope_frequencies(head_dim)
+
+
+def freq_imported_from_library(head_dim):
+    return rope_frequencies(head_dim)
+
+
+def rope_calls_library(x, positions):
+    return course_lib.apply_rope(x, positions)
+
+
+def rope_imported_from_library(x, positions):
+    return apply_rope(x, positions)
+
+
+def perm_calls_library(head_dim):
+    return course_lib.interleaved_to_half_permutation(head_dim)
+
+
+def perm_imported_from_library(head_dim):
+    return interleaved_to_half_permutation(head_dim)
+
+
+CORRECT = {
+    "rope_frequencies": [freq_inverse_power, freq_exp_log, freq_list_float64],
+    "apply_rope": [rope_stack, rope_complex, rope_loops,
+                   rope_rotation_matrices_float32],
+    "interleaved_to_half_permutation": [perm_cat, perm_sort_by_parity,
+                                        perm_list_int32],
+}
+
+WRONG = {
+    "rope_frequencies": [
+        (freq_doubled_exponent, "off by a factor of 2: 2 * (2i) / d", True),
+        (freq_i_not_2i, "it uses i instead of 2i", True),
+        (freq_positive_exponent, "the exponent has the wrong sign", True),
+        (freq_one_per_dimension, "one frequency per PAIR", True),
+        (freq_from_one, "the frequencies start at i = 1", True),
+    ],
+    "apply_rope": [
+        (rope_rotate_half, "rotate-half pairing", True),
+        (rope_seed_simplified, "written back as [all first | all second]", True),
+        (rope_negative_angle, "the rotation goes the wrong way", True),
+        (rope_positions_reversed, "the positions are reversed", True),
+        (rope_ignores_positions, "the positions argument is ignored", True),
+        (rope_doubled_exponent, "off by a factor of 2 (2 * 2i)", True),
+        (rope_in_place, "changed its input x in place", True),
+        (rope_sin_times_x, "the sine term must multiply the rotated partner", True),
+    ],
+    "interleaved_to_half_permutation": [
+        (perm_inverse, "inverse permutation", True),
+        (perm_odds_first, "odds first", True),
+        (perm_identity, "this is the identity", True),
+        (perm_float, "should hold integers", True),
+    ],
+}
+
+CALLS_LIBRARY = {
+    "rope_frequencies": [freq_calls_library, freq_imported_from_library],
+    "apply_rope": [rope_calls_library, rope_imported_from_library],
+    "interleaved_to_half_permutation": [perm_calls_library,
+                                        perm_imported_from_library],
+}
