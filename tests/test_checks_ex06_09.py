@@ -10,9 +10,12 @@ earn nothing. Nothing is ever written to stderr (nbgrader scores such a cell 0).
 
 from __future__ import annotations
 
+import doctest
 import math
 import re
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from zoo import ex06_relative as z06
@@ -27,6 +30,7 @@ from course_lib.checks import ex08_da as g08
 from course_lib.checks import ex09_bug_zoo as g09
 from course_lib.checks._core import call_student
 
+ROOT = Path(__file__).resolve().parent.parent
 PAIRS = [(g06, z06), (g07, z07), (g08, z08), (g09, z09)]
 
 
@@ -305,3 +309,81 @@ def test_call_student_restores_the_library_after_a_trap() -> None:
     with pytest.raises(CheckFailed):
         call_student(z07.shift_calls_library, torch.zeros(2, 3), call="rel_shift(x)")
     assert course_lib.rel_shift is before
+
+
+# --- the notebooks: buggy cells rejected, worked examples true
+
+
+def _notebook_namespace(assignment: str, *, kinds=("answer", "locked")) -> dict:
+    """Run the first code cell (imports) and the answer and read-only cells of the
+    source notebook in a fresh namespace (no kernel, no test cells)."""
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4)
+    namespace: dict = {"__name__": f"notebook_{assignment}"}
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    exec(compile(code[0].source, f"{assignment}[imports]", "exec"), namespace)
+    for cell in code[1:]:
+        meta = cell.metadata.get("nbgrader", {})
+        answer = meta.get("solution", False)
+        locked = meta.get("locked", False) and not meta.get("grade", False)
+        if ("answer" in kinds and answer) or ("locked" in kinds and locked):
+            exec(
+                compile(cell.source, f"{assignment}[{meta['grade_id']}]", "exec"),
+                namespace,
+            )
+    return namespace
+
+
+BUGGY = {
+    "buggy_sinusoidal_encoding": "fixed_sinusoidal_encoding",
+    "buggy_alibi_slopes": "fixed_alibi_slopes",
+    "buggy_apply_rope": "fixed_apply_rope",
+    "buggy_rel_attention_scores": "fixed_rel_attention_scores",
+    "buggy_position_ids": "fixed_position_ids",
+}
+
+
+@pytest.mark.parametrize("buggy,fixed", sorted(BUGGY.items()))
+def test_the_notebooks_buggy_function_is_named_as_still_buggy(buggy, fixed, capsys):
+    namespace = _notebook_namespace("ex09_bug_zoo", kinds=("locked",))
+    check, grade = _graders(fixed)
+    for grader in (check, grade):
+        with pytest.raises(CheckFailed, match="this is still the buggy version"):
+            grader(namespace[buggy])
+    assert capsys.readouterr().err == ""
+
+
+ASSIGNMENTS = ["ex06_relative", "ex07_transformer_xl", "ex08_da", "ex09_bug_zoo"]
+
+
+def _worked_examples(assignment: str) -> list[tuple[str, str]]:
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4)
+    blocks = []
+    for n, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for block in re.findall(r"```python\n(.*?)```", cell.source, flags=re.S):
+            if ">>>" in block:
+                blocks.append((f"{assignment} cell {n}", block))
+    return blocks
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
+    """Every `>>>` example of the task text holds for the solution (which the graders
+    compare with course_lib), so the printed numbers cannot drift from the library."""
+    examples = _worked_examples(assignment)
+    assert examples, "every task cell has a worked example"
+    namespace = _notebook_namespace(assignment)
+    parser = doctest.DocTestParser()
+    runner = doctest.DocTestRunner(
+        optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
+    )
+    saved = torch._tensor_str.PRINT_OPTS.__dict__.copy()
+    torch.set_printoptions(precision=4, sci_mode=False)
+    try:
+        for name, block in examples:
+            test = parser.get_doctest(block, dict(namespace), name, None, 0)
+            result = runner.run(test, out=lambda s: None)
+            assert result.attempted > 0 and result.failed == 0, f"{name}:\n{block}"
+    finally:
+        torch._tensor_str.PRINT_OPTS.__dict__.update(saved)

@@ -64,7 +64,7 @@ def _grid_distance(length: int) -> torch.Tensor:
 
 def _fmt_arg(x: torch.Tensor) -> str:
     if x.ndim == 0:
-        return f"tensor({x.item():.4g})"
+        return f"tensor({round(x.item(), 4)})"
     return f"<tensor of shape {tuple(x.shape)}>"
 
 
