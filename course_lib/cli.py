@@ -358,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"course {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `course collect ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

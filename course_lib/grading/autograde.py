@@ -228,11 +228,15 @@ def _cell_failures(notebook_path: Path) -> dict[str, str]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if not meta.get("grade") or cell.get("cell_type") != "code":
             continue
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                message = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
-                failures[meta.get("grade_id", "?")] = _first_line(message)
-                break
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if not errors:
+            continue
+        names = [o.get("ename", "Error") for o in errors]
+        if "CellTimeoutError" in names:
+            message = "CellTimeoutError: the cell ran past the per-cell time limit"
+        else:
+            message = f"{names[0]}: {errors[0].get('evalue', '')}"
+        failures[meta.get("grade_id", "?")] = _first_line(message)
     return failures
 
 
@@ -362,6 +366,12 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
     if not result.get("success"):
         if "DeadKernelError" in log_text or "Kernel died" in log_text:
             reason = _describe_death(context.exit_codes())
+        elif "CellTimeoutError" in log_text or "UnresponsiveKernelError" in log_text:
+            limit = f" of {spec.cell_timeout} s" if spec.cell_timeout else ""
+            reason = (
+                f"a cell ran past the per-cell time limit{limit} and the kernel "
+                "could not be interrupted"
+            )
         else:
             reason = f"nbgrader could not grade it: {_nbgrader_error(result)}"
         out.update(status="ungradable", reason=reason)
