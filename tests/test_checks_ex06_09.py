@@ -10,7 +10,9 @@ earn nothing. Nothing is ever written to stderr (nbgrader scores such a cell 0).
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
 import math
 import re
 from pathlib import Path
@@ -387,3 +389,148 @@ def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
             assert result.attempted > 0 and result.failed == 0, f"{name}:\n{block}"
     finally:
         torch._tensor_str.PRINT_OPTS.__dict__.update(saved)
+
+
+GRADED = {
+    "ex06_relative": ["relative_position_index", "t5_relative_position_bucket"],
+    "ex07_transformer_xl": ["rel_shift", "rel_attention_scores"],
+    "ex08_da": ["da_rescale", "da_attention"],
+    "ex09_bug_zoo": [
+        "fixed_sinusoidal_encoding",
+        "fixed_alibi_slopes",
+        "fixed_apply_rope",
+        "fixed_rel_attention_scores",
+        "fixed_position_ids",
+    ],
+}
+
+
+def _meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_source_notebook_has_the_contracted_cells(assignment) -> None:
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4)
+    nbformat.validate(nb)
+    cells = nb.cells
+    ids = [_meta(c)["grade_id"] for c in cells if _meta(c)]
+    assert len(ids) == len(set(ids)), ids
+    by_id = {_meta(c)["grade_id"]: c for c in cells if _meta(c)}
+    total = 0
+    for name in GRADED[assignment]:
+        answer, public, hidden = (
+            by_id[f"{name}__{kind}"] for kind in ("answer", "public", "hidden")
+        )
+        assert _meta(answer)["solution"] and not _meta(answer)["grade"]
+        assert not _meta(answer)["locked"]
+        assert f"def {name}(" in answer.source
+        assert "### BEGIN SOLUTION" in answer.source
+        assert "### END SOLUTION" in answer.source
+        assert _meta(public) == {
+            "grade": True,
+            "grade_id": f"{name}__public",
+            "locked": True,
+            "points": 1,
+            "schema_version": 3,
+            "solution": False,
+            "task": False,
+        }
+        assert public.source.rstrip().endswith(f"\ncheck_{name}({name})")
+        assert f"from course_lib.checks.{assignment} import grade_{name}" in (
+            public.source
+        )
+        assert _meta(hidden)["points"] == 2 and _meta(hidden)["locked"]
+        assert hidden.source == (
+            f"### BEGIN HIDDEN TESTS\ngrade_{name}({name})\n### END HIDDEN TESTS"
+        )
+        total += _meta(public)["points"] + _meta(hidden)["points"]
+        # The task cell right above the answer gives the exact signature.
+        task = cells[cells.index(answer) - 1]
+        assert task.cell_type == "markdown" and f"{name}(" in task.source
+        assert cells.index(answer) < cells.index(public) < cells.index(hidden)
+    assert total == 3 * len(GRADED[assignment])
+    chapter = re.search(r"\(\.\./\.\./book/(\d\d-[a-z-]+)\.md\)", cells[0].source)
+    assert chapter and chapter.group(1).startswith(assignment[2:4])
+    assert f"file: book/{chapter.group(1)}\n" in (ROOT / "_toc.yml").read_text()
+
+
+def test_the_bug_zoo_buggy_cells_are_read_only_and_released() -> None:
+    source = nbformat.read(ROOT / "solutions/ex09_bug_zoo/ex09_bug_zoo.ipynb", 4)
+    release = nbformat.read(ROOT / "notebooks/ex09_bug_zoo/ex09_bug_zoo.ipynb", 4)
+    for nb in (source, release):
+        locked = {
+            _meta(c)["grade_id"]: c
+            for c in nb.cells
+            if _meta(c).get("locked") and not _meta(c).get("grade")
+        }
+        assert set(locked) == set(BUGGY)
+        for grade_id, cell in locked.items():
+            assert _meta(cell)["solution"] is False
+            assert f"def {grade_id}(" in cell.source
+
+
+def _run(nb) -> dict[str, str | None]:
+    """Run the code cells in one namespace like a kernel: per graded cell, None when it
+    passed, else the error. Anything on stderr fails the test."""
+    namespace: dict = {"__name__": "__main__"}
+    results: dict[str, str | None] = {}
+    out, err = io.StringIO(), io.StringIO()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        grade_id = _meta(cell).get("grade_id", "<cell>")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                value = eval_or_exec(cell.source, grade_id, namespace)
+            error = None
+            assert value is None or not isinstance(value, int | float), grade_id
+        except Exception as exc:  # noqa: BLE001 - a failing cell is a result here
+            error = f"{type(exc).__name__}: {exc}"
+        if _meta(cell).get("grade"):
+            results[grade_id] = error
+    assert err.getvalue() == ""
+    return results
+
+
+def eval_or_exec(source: str, name: str, namespace: dict):
+    """Execute a cell; return the value of its last line when that is an expression
+    (what nbgrader would read as partial credit if it were a number)."""
+    import ast
+
+    tree = ast.parse(source)
+    last = tree.body[-1] if tree.body else None
+    if isinstance(last, ast.Expr):
+        tree.body = tree.body[:-1]
+        exec(compile(tree, name, "exec"), namespace)
+        return eval(compile(ast.Expression(last.value), name, "eval"), namespace)
+    exec(compile(tree, name, "exec"), namespace)
+    return None
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_passes_every_test_cell(assignment) -> None:
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4)
+    results = _run(nb)
+    assert len(results) == 2 * len(GRADED[assignment])
+    assert all(error is None for error in results.values()), results
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_is_a_stub_that_fails_every_public_cell(assignment) -> None:
+    path = ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
+    text = path.read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"):
+        assert marker not in text
+    nb = nbformat.read(path, 4)
+    answers = [c for c in nb.cells if _meta(c).get("solution")]
+    assert len(answers) == len(GRADED[assignment])
+    for cell in answers:
+        assert cell.source.rstrip().endswith("raise NotImplementedError()")
+    results = _run(nb)
+    public = {k: v for k, v in results.items() if k.endswith("__public")}
+    assert len(public) == len(GRADED[assignment])
+    for grade_id, error in public.items():
+        assert error is not None and "still the stub" in error, (grade_id, error)
+    hidden = [c for c in nb.cells if _meta(c).get("grade_id", "").endswith("__hidden")]
+    assert all(c.source.strip() == "" for c in hidden)
