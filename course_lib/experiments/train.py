@@ -1,0 +1,651 @@
+"""Train every position method on every task at length ``L``, test at ``L .. 8L``.
+
+One *run* is one (task, method, seed): a :class:`~.model.TinyTransformer` trained
+from scratch at the training length, then scored on fresh sequences of every
+evaluation length. Runs are independent, so :func:`run_lab` spreads them over worker
+processes (one thread each: on a small CPU, two single-threaded runs in parallel beat
+one run with two threads). The summary reports, per task, method and length, the mean
+accuracy over seeds with a 95 % confidence interval from Student's t distribution:
+
+.. math::
+
+    \\bar a \\pm t_{0.975,\\, n-1} \\, \\frac{s}{\\sqrt n}
+
+Reproducibility: weights are initialised under ``torch.manual_seed(seed)`` inside
+:func:`torch.random.fork_rng` (the caller's random state is untouched), training data
+come from a generator seeded with ``seed``, and evaluation data from a generator
+seeded with ``eval_seed`` and the length, the same for every method and seed (a
+paired comparison). With one thread, the same seed gives bit-identical numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .._validate import fail, require_int, require_positive_int
+from .model import METHOD_LABELS, METHODS, ModelConfig, TinyTransformer
+from .tasks import TASKS
+
+__all__ = [
+    "RESULTS_PATH",
+    "LabConfig",
+    "code_version",
+    "evaluate",
+    "format_table",
+    "load_results",
+    "main",
+    "mean_ci",
+    "run_lab",
+    "save_results",
+    "stored_results",
+    "summarize",
+    "t_quantile",
+    "train_run",
+]
+
+_ROOT = Path(__file__).resolve().parents[2]
+RESULTS_PATH = _ROOT / "book" / "data" / "lab_results.json"
+"""Where the stored results of the full lab live (read by chapter 10)."""
+
+# Files whose contents determine the numbers: the lab and the library it uses.
+_SOURCES = (
+    "experiments/model.py",
+    "experiments/tasks.py",
+    "experiments/train.py",
+    "attention.py",
+    "sinusoidal.py",
+    "rope.py",
+    "alibi.py",
+    "relative.py",
+    "transformer_xl.py",
+    "da.py",
+)
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """Every setting of the lab (stored with the results).
+
+    Attributes:
+        tasks: task names (keys of :data:`~.tasks.TASKS`).
+        methods: position methods (see :data:`~.model.METHODS`).
+        seeds: one run per seed and (task, method).
+        train_length: ``L``.
+        multipliers: evaluation lengths are ``L * m``.
+        steps: optimiser steps per run.
+        batch_size: training sequences per step.
+        lr: peak learning rate (AdamW; linear warm-up over ``warmup`` of the steps,
+            then cosine decay to 0).
+        warmup: fraction of the steps used for warm-up.
+        weight_decay: AdamW weight decay.
+        grad_clip: gradient-norm clipping.
+        d_model: model width.
+        n_heads: heads.
+        n_layers: blocks.
+        d_ff: feed-forward width.
+        eval_sequences: test sequences per length.
+        eval_seed: seed of the test sequences (shared by all runs).
+    """
+
+    tasks: tuple[str, ...] = ("ascending", "recall", "copy")
+    methods: tuple[str, ...] = METHODS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    train_length: int = 16
+    multipliers: tuple[int, ...] = (1, 2, 4, 8)
+    steps: int = 500
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128
+    eval_sequences: int = 256
+    eval_seed: int = 2024
+
+    def __post_init__(self) -> None:
+        fn = "LabConfig"
+        for t in self.tasks:
+            if t not in TASKS:
+                fail(fn, f"tasks must be among {', '.join(TASKS)}, got {t!r}")
+        for m in self.methods:
+            if m not in METHODS:
+                fail(fn, f"methods must be among {', '.join(METHODS)}, got {m!r}")
+        if not (self.tasks and self.methods and self.seeds and self.multipliers):
+            fail(fn, "tasks, methods, seeds and multipliers must not be empty, got "
+                     f"{self.tasks}, {self.methods}, {self.seeds}, {self.multipliers}")
+        for name in ("train_length", "steps", "batch_size", "eval_sequences"):
+            require_positive_int(fn, name, getattr(self, name))
+        for m in self.multipliers:
+            require_positive_int(fn, "multipliers", m)
+        if self.train_length % 2 or self.train_length < 4:
+            fail(fn, f"train_length must be even and at least 4, got "
+                     f"{self.train_length}")
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Evaluation lengths ``L * m``."""
+        return tuple(self.train_length * m for m in self.multipliers)
+
+    def model_config(self, task: str, method: str) -> ModelConfig:
+        """The :class:`ModelConfig` of one run."""
+        t = TASKS[task]
+        return ModelConfig(
+            vocab_size=t.vocab_size,
+            n_classes=t.n_classes,
+            method=method,
+            train_length=self.train_length,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            d_ff=self.d_ff,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LabConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v
+                      for k, v in d.items() if k in names})
+
+
+def _schedule(step: int, steps: int, warmup: float) -> float:
+    warm = max(1, int(warmup * steps))
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+@torch.no_grad()
+def evaluate(
+    model: TinyTransformer,
+    task: str,
+    length: int,
+    *,
+    n_sequences: int,
+    seed: int,
+    chunk: int = 128,
+) -> float:
+    """Accuracy of ``model`` on ``n_sequences`` fresh sequences of ``length``.
+
+    .. math::
+
+        \\mathrm{acc} = \\frac{\\#\\{\\text{scored positions predicted right}\\}}
+        {\\#\\{\\text{scored positions}\\}}
+
+    Args:
+        model: a trained model.
+        task: task name.
+        length: sequence length.
+        n_sequences: test sequences.
+        seed: seed of the test data (the length is added, so each length has its own
+            sequences and every model sees the same ones).
+        chunk: sequences per forward pass.
+
+    Returns:
+        accuracy in ``[0, 1]``.
+    """
+    t = TASKS[task]
+    g = torch.Generator().manual_seed(seed * 1_000_003 + length)
+    was_training = model.training
+    model.eval()
+    right = total = 0
+    for start in range(0, n_sequences, chunk):
+        b = t.sample(min(chunk, n_sequences - start), length, generator=g)
+        pred = model(b.tokens).argmax(dim=-1)  # (B, S)
+        right += int((pred == b.targets)[b.eval_mask].sum())
+        total += int(b.eval_mask.sum())
+    model.train(was_training)
+    return right / max(total, 1)
+
+
+def train_run(
+    task: str, method: str, seed: int, config: LabConfig | None = None
+) -> dict[str, Any]:
+    """Train one model at ``config.train_length`` and score it at every length.
+
+    Args:
+        task: task name.
+        method: position method.
+        seed: seed of the weights and the training data.
+        config: settings (default :class:`LabConfig`).
+
+    Returns:
+        dict with ``task``, ``method``, ``seed``, ``accuracy`` (``{length: acc}``,
+        lengths as strings for JSON), ``final_loss`` (mean training loss of the last
+        10 % of the steps), ``loss_curve`` (mean loss of consecutive blocks of steps),
+        ``train_seconds``, ``eval_seconds`` and ``parameters``.
+    """
+    cfg = LabConfig() if config is None else config
+    if task not in TASKS:
+        fail("train_run", f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    if method not in METHODS:
+        fail("train_run", f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    seed = require_int("train_run", "seed", seed, minimum=0)
+    t = TASKS[task]
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyTransformer(cfg.model_config(task, method))
+    data = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
+                            weight_decay=cfg.weight_decay, foreach=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: _schedule(s, cfg.steps, cfg.warmup)
+    )
+    losses = torch.empty(cfg.steps)
+    model.train()
+    for step in range(cfg.steps):
+        b = t.sample(cfg.batch_size, cfg.train_length, generator=data)
+        logits = model(b.tokens)  # (B, S, C)
+        loss = F.cross_entropy(logits[b.train_mask], b.targets[b.train_mask])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        losses[step] = loss.detach()
+    train_seconds = time.perf_counter() - start
+    accuracy = {
+        str(n): evaluate(model, task, n, n_sequences=cfg.eval_sequences,
+                         seed=cfg.eval_seed)
+        for n in cfg.lengths
+    }
+    block = max(1, cfg.steps // 20)
+    curve = losses[: cfg.steps // block * block].view(-1, block).mean(dim=1)
+    tail = max(1, cfg.steps // 10)
+    return {
+        "task": task,
+        "method": method,
+        "seed": seed,
+        "accuracy": accuracy,
+        "final_loss": float(losses[-tail:].mean()),
+        "loss_curve": [round(float(x), 5) for x in curve],
+        "train_seconds": round(train_seconds, 3),
+        "eval_seconds": round(time.perf_counter() - start - train_seconds, 3),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+# ----------------------------------------------------------------------------- stats
+
+
+def _t_cdf(x: float, df: int) -> float:
+    """Student-t CDF at ``x >= 0`` by Simpson's rule on the density."""
+    log_c = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2)
+             - 0.5 * math.log(df * math.pi))
+    n = 2000  # even
+    h = x / n
+    total = 0.0
+    for i in range(n + 1):
+        u = i * h
+        f = math.exp(log_c - (df + 1) / 2 * math.log1p(u * u / df))
+        total += f * (1 if i in (0, n) else 4 if i % 2 else 2)
+    return 0.5 + total * h / 3
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t distribution with ``df`` degrees of freedom.
+
+    .. math::
+
+        F_\\nu(t_{p,\\nu}) = p, \\qquad
+        F_\\nu(x) = \\tfrac12 + \\int_0^x
+        \\frac{\\Gamma(\\frac{\\nu+1}{2})}{\\sqrt{\\nu\\pi}\\,\\Gamma(\\frac{\\nu}{2})}
+        \\Big(1 + \\frac{u^2}{\\nu}\\Big)^{-\\frac{\\nu+1}{2}} du
+
+    solved by bisection (the integral by Simpson's rule), accurate to about 1e-6.
+
+    Args:
+        p: probability in ``(0.5, 1)``.
+        df: degrees of freedom, at least 1.
+
+    Returns:
+        ``t`` with ``P(T <= t) = p``.
+
+    >>> round(t_quantile(0.975, 2), 4)  # df = 2: t = (2p - 1) sqrt(2 / (4p(1 - p)))
+    4.3027
+    """
+    df = require_positive_int("t_quantile", "df", df)
+    if not 0.5 < p < 1:
+        fail("t_quantile", f"p must be in (0.5, 1), got {p!r}")
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95
+            ) -> tuple[float, float, float]:
+    """Mean and two-sided t confidence interval ``(mean, low, high)``.
+
+    .. math::
+
+        \\bar a \\pm t_{(1+c)/2,\\, n-1}\\, s / \\sqrt{n}, \\qquad
+        s^2 = \\frac{1}{n-1}\\sum_i (a_i - \\bar a)^2
+
+    With one value the interval is that value (no spread can be estimated).
+
+    >>> [round(x, 4) for x in mean_ci([0.5, 0.7, 0.9])]  # s = 0.2, t = 4.3027
+    [0.7, 0.2032, 1.1968]
+    """
+    vals = [float(v) for v in values]
+    if not vals:
+        fail("mean_ci", "values must not be empty, got []")
+    n = len(vals)
+    mean = sum(vals) / n
+    if n == 1:
+        return mean, mean, mean
+    s = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    half = t_quantile((1 + confidence) / 2, n - 1) * s / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def summarize(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Group runs by (task, method, length): mean accuracy and 95 % CI over seeds.
+
+    Returns:
+        rows ``{"task", "method", "length", "mean", "low", "high", "n", "values"}``
+        in task, method (as in :data:`~.model.METHODS`) and length order.
+    """
+    groups: dict[tuple[str, str, int], list[float]] = {}
+    for r in runs:
+        for length, acc in r["accuracy"].items():
+            groups.setdefault((r["task"], r["method"], int(length)), []).append(acc)
+    order = {m: i for i, m in enumerate(METHODS)}
+    task_order = {t: i for i, t in enumerate(TASKS)}
+    rows = []
+    for (task, method, length), vals in sorted(
+        groups.items(),
+        key=lambda kv: (task_order.get(kv[0][0], 99), order[kv[0][1]], kv[0][2]),
+    ):
+        mean, low, high = mean_ci(vals)
+        rows.append({"task": task, "method": method, "length": length,
+                     "mean": mean, "low": low, "high": high, "n": len(vals),
+                     "values": vals})
+    return rows
+
+
+# --------------------------------------------------------------------- provenance
+
+
+def code_version() -> dict[str, Any]:
+    """Fingerprint of the code that produces the numbers.
+
+    Returns:
+        ``{"source_sha256": ..., "git_commit": ..., "git_dirty": ...}``: a SHA-256 over
+        the lab's and the used library modules' sources, the current git commit (None
+        outside a checkout) and whether those files differ from it.
+    """
+    lib = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for rel in _SOURCES:
+        h.update(rel.encode())
+        h.update((lib / rel).read_bytes())
+    commit = dirty = None
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=lib, capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", *(str(lib / r) for r in _SOURCES)],
+            cwd=lib, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+        dirty = bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"source_sha256": h.hexdigest(), "git_commit": commit, "git_dirty": dirty}
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def _job(args: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
+    task, method, seed, cfg = args
+    return train_run(task, method, seed, LabConfig.from_dict(cfg))
+
+
+def run_lab(
+    config: LabConfig | None = None,
+    *,
+    workers: int = 2,
+    progress: bool = True,
+    note: str = "",
+) -> dict[str, Any]:
+    """Run every (task, method, seed) of ``config`` and collect the results.
+
+    Args:
+        config: settings (default :class:`LabConfig`).
+        workers: processes; each runs one model at a time on one thread. ``1`` runs
+            everything in this process (temporarily with one thread).
+        progress: show a tqdm progress bar (on stderr).
+        note: free text stored with the results (e.g. how busy the machine was).
+
+    Returns:
+        ``{"meta": {...}, "runs": [...], "summary": [...]}``, ready for
+        :func:`save_results`; ``meta`` records the code version, settings, seeds,
+        timings, machine and load average before and after.
+    """
+    from tqdm.auto import tqdm
+
+    cfg = LabConfig() if config is None else config
+    workers = require_positive_int("run_lab", "workers", workers)
+    jobs = [(t, m, s, cfg.to_dict())
+            for t in cfg.tasks for m in cfg.methods for s in cfg.seeds]
+    load_before = os.getloadavg()
+    started = dt.datetime.now(dt.UTC)
+    start = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    bar = tqdm(total=len(jobs), desc="lab", unit="model", disable=not progress,
+               file=sys.stderr)
+    if workers == 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for job in jobs:
+                bar.set_postfix_str(f"{job[0]}/{job[1]}/seed {job[2]}")
+                runs.append(_job(job))
+                bar.update()
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx,
+                                    initializer=_init_worker) as pool:
+            futures = [pool.submit(_job, job) for job in jobs]
+            for fut in cf.as_completed(futures):
+                r = fut.result()
+                runs.append(r)
+                bar.set_postfix_str(f"{r['task']}/{r['method']}/seed {r['seed']}")
+                bar.update()
+    bar.close()
+    wall = time.perf_counter() - start
+    key = {(t, m, s): i for i, (t, m, s, _) in enumerate(jobs)}
+    runs.sort(key=lambda r: key[(r["task"], r["method"], r["seed"])])
+    per_model = [r["train_seconds"] + r["eval_seconds"] for r in runs]
+    meta = {
+        "code_version": code_version(),
+        "settings": cfg.to_dict(),
+        "seeds": list(cfg.seeds),
+        "started_utc": started.isoformat(timespec="seconds"),
+        "wall_seconds": round(wall, 1),
+        "model_seconds_max": round(max(per_model), 2),
+        "model_seconds_mean": round(sum(per_model) / len(per_model), 2),
+        "workers": workers,
+        "threads_per_worker": 1,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+        },
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "note": note,
+    }
+    return {"meta": meta, "runs": runs, "summary": summarize(runs)}
+
+
+def save_results(results: dict[str, Any], path: str | Path | None = None) -> Path:
+    """Write ``results`` as JSON (default :data:`RESULTS_PATH`); returns the path."""
+    p = RESULTS_PATH if path is None else Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(results, indent=1) + "\n")
+    return p
+
+
+def load_results(path: str | Path | None = None) -> dict[str, Any]:
+    """Read results written by :func:`save_results` (default :data:`RESULTS_PATH`)."""
+    p = RESULTS_PATH if path is None else Path(path)
+    if not p.exists():
+        fail("load_results", f"no results at {p}; run `python -m "
+             "course_lib.experiments` (or `course lab`) to create them",
+             FileNotFoundError)
+    return json.loads(p.read_text())
+
+
+def stored_results(path: str | Path | None = None, *, recompute: bool | None = None,
+                   workers: int = 2) -> dict[str, Any]:
+    """The lab's results: stored ones, or a fresh run when asked.
+
+    Args:
+        path: results file (default :data:`RESULTS_PATH`).
+        recompute: run the full lab and overwrite the file; default: True when the
+            environment variable ``COURSE_LAB_RECOMPUTE`` is ``1``.
+        workers: processes for a recomputation.
+
+    Returns:
+        the results dict (see :func:`run_lab`).
+    """
+    if recompute is None:
+        recompute = os.environ.get("COURSE_LAB_RECOMPUTE", "") == "1"
+    if recompute:
+        results = run_lab(workers=workers, note="recomputed at book build")
+        save_results(results, path)
+        return results
+    return load_results(path)
+
+
+def format_table(results: dict[str, Any], *, task: str | None = None,
+                 digits: int = 2) -> str:
+    """Markdown table of mean accuracy [95 % CI] per method (rows) and length.
+
+    Args:
+        results: from :func:`run_lab` or :func:`load_results`.
+        task: one task, or None for all (a task column is added).
+        digits: decimals.
+    """
+    rows = [r for r in results["summary"] if task is None or r["task"] == task]
+    lengths = sorted({r["length"] for r in rows})
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    cell = {(r["task"], r["method"], r["length"]): r for r in rows}
+    head = (["task"] if task is None else []) + ["method"] + [f"n = {n}"
+                                                              for n in lengths]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for t in tasks:
+        for m in METHODS:
+            if (t, m, lengths[0]) not in cell:
+                continue
+            vals = []
+            for n in lengths:
+                r = cell.get((t, m, n))
+                vals.append("" if r is None else
+                            f"{r['mean']:.{digits}f} [{r['low']:.{digits}f}, "
+                            f"{r['high']:.{digits}f}]")
+            first = [t] if task is None else []
+            lines.append("| " + " | ".join(first + [METHOD_LABELS[m]] + vals) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="course lab",
+        description="Train every position method on every task at length L and "
+                    "measure accuracy at L, 2L, 4L and 8L (the chapter 10 lab).",
+    )
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"results file (default: {RESULTS_PATH}; with --quick: "
+                        "lab_results_quick.json in the current directory)")
+    p.add_argument("--workers", type=int, default=2,
+                   help="worker processes, one thread each (default 2)")
+    p.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None)
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=None)
+    p.add_argument("--seeds", nargs="+", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps per model")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: one seed, 100 steps, 64 test sequences")
+    p.add_argument("--note", default="", help="free text stored with the results")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: run the lab, write the results file, print the table.
+
+    ``python -m course_lib.experiments --help`` (also ``course lab``) lists the
+    options. Returns the exit status.
+    """
+    args = _parser().parse_args(argv)
+    changes: dict[str, Any] = {}
+    if args.quick:
+        changes.update(seeds=(0,), steps=100, eval_sequences=64)
+    for name in ("tasks", "methods", "seeds"):
+        if getattr(args, name) is not None:
+            changes[name] = tuple(getattr(args, name))
+    if args.steps is not None:
+        changes["steps"] = args.steps
+    try:
+        cfg = dataclasses.replace(LabConfig(), **changes)
+    except (TypeError, ValueError) as exc:
+        print(f"course lab: {exc}", file=sys.stderr)
+        return 2
+    out = args.out
+    if out is None:
+        out = Path("lab_results_quick.json") if args.quick else RESULTS_PATH
+    n_runs = len(cfg.tasks) * len(cfg.methods) * len(cfg.seeds)
+    print(f"lab: {n_runs} models ({len(cfg.tasks)} tasks x {len(cfg.methods)} "
+          f"methods x {len(cfg.seeds)} seeds), {cfg.steps} steps each, "
+          f"{args.workers} worker(s)")
+    results = run_lab(cfg, workers=args.workers, progress=not args.no_progress,
+                      note=args.note)
+    path = save_results(results, out)
+    meta = results["meta"]
+    print(format_table(results))
+    print(f"\nwrote {path}\nwall time {meta['wall_seconds']} s; per model: mean "
+          f"{meta['model_seconds_mean']} s, max {meta['model_seconds_max']} s; "
+          f"load average before {meta['load_average_before'][0]}, after "
+          f"{meta['load_average_after'][0]}")
+    return 0
+

@@ -1,0 +1,342 @@
+"""Tests of the length-extrapolation lab (course_lib.experiments, chapter 10)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+import torch
+
+import course_lib.experiments.model as lab_model
+from course_lib.experiments import (
+    METHODS,
+    TASKS,
+    LabConfig,
+    ModelConfig,
+    TinyTransformer,
+    ascending_batch,
+    copy_batch,
+    format_table,
+    load_results,
+    main,
+    mean_ci,
+    recall_batch,
+    summarize,
+    t_quantile,
+    train_run,
+)
+from course_lib.experiments.train import RESULTS_PATH
+
+# ------------------------------------------------------------------------- tasks
+
+
+def test_ascending_labels_match_a_loop(gen):
+    b = ascending_batch(64, 12, generator=gen)
+    for x, y in zip(b.tokens.tolist(), b.targets.tolist(), strict=True):
+        for t in range(12):
+            assert y[t] == int(all(x[i] <= x[i + 1] for i in range(t)))
+        # a sorted sequence, or a sorted one with one adjacent pair swapped
+        s = sorted(x)
+        diff = [i for i in range(12) if x[i] != s[i]]
+        assert diff == [] or (len(diff) == 2 and diff[1] == diff[0] + 1)
+    assert b.eval_mask.sum(dim=1).tolist() == [1] * 64
+    assert b.eval_mask[:, -1].all() and b.train_mask.all()
+
+
+def test_ascending_classes_are_balanced():
+    b = ascending_batch(4000, 16, generator=torch.Generator().manual_seed(3))
+    positive = b.targets[:, -1].float().mean().item()
+    # 50 % negatives, minus the rare all-equal draws that cannot be swapped;
+    # 4 standard errors of a binomial proportion with n = 4000 is 0.032
+    assert abs(positive - 0.5) < 0.032
+
+
+def test_recall_targets_match_a_loop(gen):
+    b = recall_batch(32, 20, generator=gen, n_keys=5, n_values=4)
+    for x, y, m in zip(b.tokens.tolist(), b.targets.tolist(), b.eval_mask.tolist(),
+                       strict=True):
+        bound = {}
+        for p in range(0, 20, 2):
+            key, value = x[p], x[p + 1] - 5
+            assert 0 <= key < 5 and 0 <= value < 4
+            assert m[p] == (key in bound)
+            assert not m[p + 1]
+            if key in bound:
+                assert bound[key] == value == y[p]
+            bound[key] = value
+    assert torch.equal(b.train_mask, b.eval_mask)
+
+
+def test_copy_targets_match_a_loop(gen):
+    b = copy_batch(16, 10, generator=gen, n_symbols=6)
+    for x, y, m in zip(b.tokens.tolist(), b.targets.tolist(), b.eval_mask.tolist(),
+                       strict=True):
+        assert x[5:] == [v + 6 for v in x[:5]]
+        assert [p for p in range(10) if m[p]] == [5, 6, 7, 8]
+        assert [y[p] for p in (5, 6, 7, 8)] == x[1:5]
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_tasks_are_seeded(name):
+    def draw(seed):
+        return TASKS[name].sample(8, 16, generator=torch.Generator().manual_seed(seed))
+
+    a, b, c = draw(5), draw(5), draw(6)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets)
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_task_metadata_fits_the_data(name, gen):
+    task = TASKS[name]
+    b = task.sample(64, 32, generator=gen)
+    assert int(b.tokens.max()) < task.vocab_size
+    assert int(b.targets.max()) < task.n_classes
+    assert b.eval_mask.any() and b.train_mask.any()
+
+
+def test_task_errors_name_function_and_value(gen):
+    with pytest.raises(ValueError, match=r"recall_batch: length must be even .*got 7"):
+        recall_batch(2, 7, generator=gen)
+    with pytest.raises(ValueError, match=r"copy_batch: length must be at least 4"):
+        copy_batch(2, 2, generator=gen)
+
+
+# ------------------------------------------------------------------------- model
+
+
+def _model(method: str, seed: int = 0, train_length: int = 8) -> TinyTransformer:
+    cfg = ModelConfig(vocab_size=12, n_classes=5, method=method,
+                      train_length=train_length, d_model=16, n_heads=2, d_ff=32)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return TinyTransformer(cfg)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_runs_at_eight_times_the_training_length(method, gen):
+    model = _model(method)
+    tokens = torch.randint(0, 12, (3, 64), generator=gen)  # 8L with L = 8
+    logits = model(tokens)
+    assert logits.shape == (3, 64, 5)
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_is_causal_past_the_training_length(method, gen):
+    model = _model(method)
+    tokens = torch.randint(0, 12, (2, 24), generator=gen)
+    changed = tokens.clone()
+    changed[:, 15:] = (changed[:, 15:] + 1) % 12
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    torch.testing.assert_close(a[:, :15], b[:, :15], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[:, 15:], b[:, 15:])
+
+
+def test_learned_positions_are_clamped_to_the_last_row():
+    model = _model("learned", train_length=6)
+    assert model.position_ids(9).tolist() == [0, 1, 2, 3, 4, 5, 5, 5, 5]
+    h = model.embed_tokens(torch.full((1, 9), 3))[0]  # (9, d)
+    for p in range(6, 9):
+        torch.testing.assert_close(h[p], h[5], atol=0, rtol=0)
+    assert not torch.allclose(h[4], h[5])
+    # the sinusoids, by contrast, keep every position distinct
+    s = _model("sinusoidal", train_length=6).embed_tokens(torch.full((1, 9), 3))[0]
+    assert torch.cdist(s, s).add(torch.eye(9)).min() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("method", "name"),
+    [
+        ("none", "scaled_dot_product_attention"),
+        ("alibi", "alibi_bias"),
+        ("shaw", "shaw_relative_attention"),
+        ("xl", "rel_attention_scores"),
+        ("da", "da_attention"),
+    ],
+)
+def test_model_calls_the_library_implementation(method, name, monkeypatch, gen):
+    real = getattr(lab_model, name)
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lab_model, name, spy)
+    _model(method)(torch.randint(0, 12, (1, 5), generator=gen))
+    assert len(calls) == 2  # once per layer
+    assert real.__module__.startswith("course_lib.") and "experiments" not in (
+        real.__module__
+    )
+
+
+def test_model_config_errors():
+    with pytest.raises(ValueError, match=r"ModelConfig: method must be one of .*bogus"):
+        ModelConfig(vocab_size=4, n_classes=2, method="bogus")
+    with pytest.raises(ValueError, match=r"ModelConfig: d_model must be n_heads"):
+        ModelConfig(vocab_size=4, n_classes=2, method="none", d_model=12, n_heads=4)
+    with pytest.raises(ValueError, match=r"TinyTransformer: tokens must lie in 0..11"):
+        _model("none")(torch.tensor([[0, 12]]))
+
+
+# ---------------------------------------------------------------------- training
+
+# A small configuration: 8-token training sequences, 200 steps, a 2-layer width-32
+# model; about 2 seconds per run on one core.
+SMALL = LabConfig(steps=200, train_length=8, multipliers=(1, 2, 4), d_model=32,
+                  n_heads=2, d_ff=64, eval_sequences=128)
+
+
+@pytest.fixture(scope="module")
+def small_copy_runs():
+    torch.set_num_threads(1)
+    return {m: train_run("copy", m, 0, SMALL) for m in ("learned", "alibi")}
+
+
+def test_training_drives_the_loss_far_below_chance(small_copy_runs):
+    run = small_copy_runs["learned"]
+    chance = math.log(TASKS["copy"].n_classes)  # cross-entropy of a uniform guess
+    assert run["loss_curve"][0] > 0.8 * chance
+    assert run["final_loss"] < 0.1 * chance
+    assert run["accuracy"]["8"] > 0.95
+
+
+def test_learned_positions_fail_past_the_table_where_alibi_does_not(small_copy_runs):
+    """The measured qualitative result stated in chapter 10 (copy task): the learned
+    table solves the training length and falls to near chance at twice that length;
+    ALiBi, trained identically, keeps far more at 2L."""
+    learned, alibi = small_copy_runs["learned"], small_copy_runs["alibi"]
+    chance = 1 / TASKS["copy"].n_classes
+    assert learned["accuracy"]["8"] > 0.95
+    assert learned["accuracy"]["16"] < chance + 0.2
+    assert alibi["accuracy"]["16"] > learned["accuracy"]["16"] + 0.2
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers():
+    cfg = LabConfig(steps=20, train_length=8, multipliers=(1, 2), d_model=16,
+                    n_heads=2, d_ff=32, eval_sequences=32)
+    a = train_run("recall", "rope", 1, cfg)
+    b = train_run("recall", "rope", 1, cfg)
+    c = train_run("recall", "rope", 2, cfg)
+    for key in ("accuracy", "final_loss", "loss_curve", "parameters"):
+        assert a[key] == b[key]
+    assert a["loss_curve"] != c["loss_curve"]
+
+
+def test_training_leaves_the_global_random_state_alone():
+    cfg = LabConfig(steps=2, train_length=8, multipliers=(1,), d_model=16, n_heads=2,
+                    d_ff=32, eval_sequences=8)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    train_run("copy", "none", 0, cfg)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_lab_config_errors():
+    with pytest.raises(ValueError, match=r"LabConfig: methods must be among .*'bogus'"):
+        LabConfig(methods=("bogus",))
+    with pytest.raises(ValueError, match=r"LabConfig: train_length must be even"):
+        LabConfig(train_length=7)
+
+
+# ------------------------------------------------------------------------- stats
+
+
+@pytest.mark.parametrize("p", [0.9, 0.975, 0.995])
+def test_t_quantile_matches_closed_forms(p):
+    # df = 1 is the Cauchy distribution; df = 2 has F(t) = 1/2 + t / (2 sqrt(2 + t^2))
+    assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-6)
+    a = 2 * p - 1
+    assert t_quantile(p, 2) == pytest.approx(a * math.sqrt(2 / (1 - a * a)), rel=1e-6)
+    # large df: the normal quantile
+    normal = statistics.NormalDist().inv_cdf(p)
+    assert t_quantile(p, 100_000) == pytest.approx(normal, rel=1e-4)
+
+
+def test_mean_ci_is_t_times_standard_error():
+    vals = [0.61, 0.74, 0.70, 0.52]
+    mean, low, high = mean_ci(vals)
+    half = t_quantile(0.975, 3) * statistics.stdev(vals) / 2
+    assert mean == pytest.approx(statistics.fmean(vals))
+    assert (low, high) == pytest.approx((mean - half, mean + half))
+    assert mean_ci([0.3]) == (0.3, 0.3, 0.3)
+    with pytest.raises(ValueError, match="mean_ci: values must not be empty"):
+        mean_ci([])
+
+
+def test_summarize_and_table():
+    runs = [
+        {"task": "copy", "method": m, "seed": s, "accuracy": {"8": a, "16": a / 2}}
+        for m, accs in (("alibi", (0.8, 0.9, 1.0)), ("learned", (1.0, 1.0, 1.0)))
+        for s, a in enumerate(accs)
+    ]
+    rows = summarize(runs)
+    assert [(r["method"], r["length"]) for r in rows] == [
+        ("learned", 8), ("learned", 16), ("alibi", 8), ("alibi", 16)
+    ]
+    alibi8 = rows[2]
+    assert alibi8["mean"] == pytest.approx(0.9) and alibi8["n"] == 3
+    assert alibi8["high"] - alibi8["mean"] == pytest.approx(
+        t_quantile(0.975, 2) * 0.1 / math.sqrt(3)
+    )
+    table = format_table({"summary": rows}, task="copy")
+    assert table.splitlines()[0] == "| method | n = 8 | n = 16 |"
+    assert "| learned abs. | 1.00 [1.00, 1.00] | 0.50 [0.50, 0.50] |" in table
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_command_line_writes_results_with_provenance(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["--tasks", "copy", "--methods", "alibi", "none", "--seeds", "0",
+                 "--steps", "3", "--workers", "1", "--no-progress", "--out", str(out),
+                 "--note", "test"])
+    assert code == 0
+    results = json.loads(out.read_text())
+    meta = results["meta"]
+    assert meta["seeds"] == [0] and meta["note"] == "test"
+    assert meta["settings"]["steps"] == 3 and meta["settings"]["tasks"] == ["copy"]
+    assert len(meta["code_version"]["source_sha256"]) == 64
+    assert {(r["method"], r["seed"]) for r in results["runs"]} == {
+        ("alibi", 0), ("none", 0)
+    }
+    assert len(results["summary"]) == 2 * len(LabConfig().multipliers)
+    assert "| copy | NoPE |" in capsys.readouterr().out
+
+
+def test_missing_results_file_says_how_to_make_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"load_results: no results at .*"
+                       r"python -m course_lib.experiments"):
+        load_results(tmp_path / "none.json")
+
+
+# ------------------------------------------------------------ the stored results
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return load_results(RESULTS_PATH)
+
+
+def test_stored_results_are_complete_and_consistent(stored):
+    cfg = LabConfig.from_dict(stored["meta"]["settings"])
+    assert cfg == LabConfig()  # produced with the current default settings
+    keys = {(r["task"], r["method"], r["seed"]) for r in stored["runs"]}
+    assert keys == {(t, m, s) for t in cfg.tasks for m in cfg.methods
+                    for s in cfg.seeds}
+    for r in stored["runs"]:
+        assert sorted(map(int, r["accuracy"])) == list(cfg.lengths)
+    assert summarize(stored["runs"]) == stored["summary"]
+
+
+def _acc(stored, task, method, multiplier):
+    length = stored["meta"]["settings"]["train_length"] * multiplier
+    (row,) = [r for r in stored["summary"] if (r["task"], r["method"], r["length"])
+              == (task, method, length)]
+    return row["mean"]
