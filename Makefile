@@ -17,6 +17,8 @@ SYSTEM_STAMP := _vendor/.system-packages
 # gradebook test, bubblewrap for the grading sandbox.
 SYSTEM_PACKAGES := chromium postgresql bubblewrap
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Tools started by the project (nbgrader's alembic, jupyter, course) come from .venv.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help setup book test test-fast lint bench release lab clean
 

@@ -10,8 +10,17 @@ the instructor tool (:mod:`course_lib.grading`) and the lab
 (:mod:`course_lib.experiments`) are sub-packages imported on demand.
 """
 
-from . import alibi, attention, conventions, da, relative, rope, rotation, sinusoidal
-from . import transformer_xl
+from . import (
+    alibi,
+    attention,
+    conventions,
+    da,
+    relative,
+    rope,
+    rotation,
+    sinusoidal,
+    transformer_xl,
+)
 from .alibi import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .conventions import *  # noqa: F403

@@ -27,7 +27,7 @@ __all__ = [
 
 
 def describe(x: object) -> str:
-    """A short description of a value for error messages (shape and dtype of tensors)."""
+    """Describe a value for an error message (shape and dtype of tensors)."""
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
     return f"{x!r} ({type(x).__name__})"
@@ -38,9 +38,15 @@ def fail(fn: str, message: str, exc: type[Exception] = ValueError) -> None:
     raise exc(f"{fn}: {message}")
 
 
-def require_int(fn: str, name: str, value: object, *, minimum: int | None = None) -> int:
-    """Check that ``value`` is a Python (or 0-d tensor) integer, at least ``minimum``."""
-    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
+def require_int(
+    fn: str, name: str, value: object, *, minimum: int | None = None
+) -> int:
+    """Check that ``value`` is an integer (or 0-d integer tensor) >= ``minimum``."""
+    if (
+        isinstance(value, torch.Tensor)
+        and value.ndim == 0
+        and not value.is_floating_point()
+    ):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         fail(fn, f"{name} must be an integer, got {describe(value)}", TypeError)
@@ -86,7 +92,7 @@ def require_float_tensor(fn: str, name: str, x: object) -> torch.Tensor:
 def require_ndim(
     fn: str, name: str, x: torch.Tensor, ndim: int | Sequence[int], layout: str = ""
 ) -> torch.Tensor:
-    """Check the number of dimensions; ``layout`` names them, e.g. ``(batch, seq, dim)``."""
+    """Check the number of dimensions; ``layout`` names them: ``(batch, seq, dim)``."""
     allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if x.ndim not in allowed:
         want = " or ".join(str(n) for n in allowed)

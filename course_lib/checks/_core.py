@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,7 @@ class _ReferenceCalled(BaseException):
 
 @dataclass(frozen=True)
 class Mistake:
-    """A known wrong answer: the tensor it produces and the sentence that explains it."""
+    """A known wrong answer: the tensor it gives and the sentence explaining it."""
 
     answer: Any
     explanation: str
@@ -85,7 +86,10 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
     """
     if not callable(fn):
         raise CheckFailed(f"expected a function, got {type(fn).__name__}")
-    with reference_trap(fn) as trap:
+    with reference_trap(fn) as trap, warnings.catch_warnings(record=True) as caught:
+        # Warnings would reach stderr, and nbgrader scores a test cell that writes to
+        # stderr zero: collect them and repeat them on stdout instead.
+        warnings.simplefilter("always")
         try:
             result = fn(*args, **kwargs)
         except _ReferenceCalled as exc:
@@ -99,13 +103,14 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
         except CheckFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - any error of the student's code
-            raise CheckFailed(
-                f"{call} raised {type(exc).__name__}: {exc}"
-            ) from exc
+            raise CheckFailed(f"{call} raised {type(exc).__name__}: {exc}") from exc
+    for w in caught:
+        print(f"note: {call} warned: {w.category.__name__}: {w.message}")
     if trap.called:
         raise CheckFailed(
             f"{call} calls the course_lib reference ({trap.called[0]}). "
-            "The exercise is to write it yourself: a call to the library earns no points."
+            "The exercise is to write it yourself: a call to the library earns "
+            "no points."
         )
     return result
 
@@ -169,7 +174,9 @@ def reference_trap(fn: Callable[..., Any]) -> Iterator[_Trap]:
 
 
 def _first_wrong(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float):
-    close = _isclose(got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=True)
+    close = _isclose(
+        got.double(), expected.double(), atol=atol, rtol=rtol, equal_nan=True
+    )
     wrong = (~close).nonzero()
     return wrong, int((~close).sum())
 
@@ -179,8 +186,11 @@ def _matches(got: Any, answer: Any, atol: float, rtol: float) -> bool:
         return (
             isinstance(got, _Tensor)
             and got.shape == answer.shape
-            and bool(_allclose(got.double(), answer.double(), atol=atol, rtol=rtol,
-                               equal_nan=True))
+            and bool(
+                _allclose(
+                    got.double(), answer.double(), atol=atol, rtol=rtol, equal_nan=True
+                )
+            )
         )
     return False
 
@@ -197,9 +207,10 @@ def expect_close(
 ) -> None:
     """Compare a student's tensor with the expected one.
 
-    ``what`` names the answer ("sinusoidal_encoding(6, 4)"); ``mistakes`` are known wrong
-    answers whose explanation is added when the student's answer equals one of them;
-    ``dtype`` is ``"float"`` or ``"integer"`` when the kind of dtype matters.
+    ``what`` names the answer ("sinusoidal_encoding(6, 4)"); ``mistakes`` are known
+    wrong answers whose explanation is added when the student's answer equals one
+    of them (unless it coincides with the right answer); ``dtype`` is ``"float"``
+    or ``"integer"`` when the kind of dtype matters.
     """
     if not isinstance(got, _Tensor):
         raise CheckFailed(
@@ -207,7 +218,11 @@ def expect_close(
             f"got {type(got).__name__}"
         )
     for m in mistakes:
-        if _matches(got, m.answer, atol, rtol):
+        # A "mistake" that coincides with the right answer for these inputs (e.g.
+        # power-of-two slopes for 8 heads) says nothing and must not reject.
+        if _matches(got, m.answer, atol, rtol) and not _matches(
+            expected, m.answer, atol, rtol
+        ):
             raise CheckFailed(f"{what} is wrong in a known way: {m.explanation}")
     if got.shape != expected.shape:
         raise CheckFailed(
@@ -230,36 +245,50 @@ def expect_close(
         )
 
 
-def expect_equal(got: Any, expected: torch.Tensor, *, what: str,
-                 mistakes: Sequence[Mistake] = ()) -> None:
+def expect_equal(
+    got: Any, expected: torch.Tensor, *, what: str, mistakes: Sequence[Mistake] = ()
+) -> None:
     """Exact comparison, for integer answers such as indices and buckets."""
-    expect_close(got, expected, what=what, atol=0.0, rtol=0.0, mistakes=mistakes,
-                 dtype="integer")
+    expect_close(
+        got, expected, what=what, atol=0.0, rtol=0.0, mistakes=mistakes, dtype="integer"
+    )
 
 
-def expect_scalar(got: Any, expected: float, *, what: str, atol: float = 1e-4,
-                  mistakes: Sequence[tuple[float, str]] = ()) -> None:
+def expect_scalar(
+    got: Any,
+    expected: float,
+    *,
+    what: str,
+    atol: float = 1e-4,
+    mistakes: Sequence[tuple[float, str]] = (),
+) -> None:
     """Compare a number (Python float or 0-d tensor) with the expected value."""
     if isinstance(got, _Tensor):
         if got.numel() != 1:
-            raise CheckFailed(f"{what} should be a single number, got a tensor of "
-                              f"shape {tuple(got.shape)}")
+            raise CheckFailed(
+                f"{what} should be a single number, got a tensor of "
+                f"shape {tuple(got.shape)}"
+            )
         got = got.item()
     if not isinstance(got, int | float) or isinstance(got, bool):
         raise CheckFailed(f"{what} should be a number, got {type(got).__name__}")
     if abs(got - expected) <= atol:
         return
     for value, explanation in mistakes:
-        if abs(got - value) <= atol:
+        if abs(got - value) <= atol and abs(expected - value) > atol:
             raise CheckFailed(f"{what} is wrong in a known way: {explanation}")
-    raise CheckFailed(f"{what}: expected {_fmt(float(expected))}, got {_fmt(float(got))}")
+    raise CheckFailed(
+        f"{what}: expected {_fmt(float(expected))}, got {_fmt(float(got))}"
+    )
 
 
 def passed(name: str, *, public: bool, detail: str = "") -> None:
     """Print the one success line (stdout only)."""
     extra = f" ({detail})" if detail else ""
     if public:
-        print(f"{name}: all public checks passed{extra}. "
-              "More (hidden) tests run when your work is graded.")
+        print(
+            f"{name}: all public checks passed{extra}. "
+            "More (hidden) tests run when your work is graded."
+        )
     else:
         print(f"{name}: passed{extra}.")
