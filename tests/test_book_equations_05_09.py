@@ -797,3 +797,12 @@ def test_t5_bias_lives_in_the_first_layer_only() -> None:
         for block in model.encoder.block
     ]
     assert owners == [True, False, False]
+
+
+def test_partial_rotary_defaults_named_in_chapter_9() -> None:
+    """GPT-J rotates 64 of its 256 head dimensions, GPT-NeoX a quarter of each head."""
+    from transformers import GPTJConfig, GPTNeoXConfig
+
+    gptj = GPTJConfig()
+    assert (gptj.rotary_dim, gptj.n_embd // gptj.n_head) == (64, 256)
+    assert GPTNeoXConfig().rope_parameters["partial_rotary_factor"] == 0.25
