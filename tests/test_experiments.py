@@ -340,3 +340,28 @@ def _acc(stored, task, method, multiplier):
     (row,) = [r for r in stored["summary"] if (r["task"], r["method"], r["length"])
               == (task, method, length)]
     return row["mean"]
+
+
+def test_custom_bias_reaches_every_layer_and_is_validated(gen):
+    seen = []
+
+    def bias_fn(n_heads, seq):
+        seen.append((n_heads, seq))
+        return torch.zeros(n_heads, seq, seq)
+
+    cfg = ModelConfig(vocab_size=12, n_classes=5, method="custom", train_length=8,
+                      d_model=16, n_heads=2, d_ff=32)
+    TinyTransformer(cfg, bias_fn=bias_fn)(torch.randint(0, 12, (1, 20), generator=gen))
+    assert seen == [(2, 20), (2, 20)]
+    # a zero bias is attention without positions: the same model as NoPE
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        custom = TinyTransformer(cfg, bias_fn=bias_fn)
+    tokens = torch.randint(0, 12, (2, 11), generator=gen)
+    torch.testing.assert_close(custom(tokens), _model("none")(tokens))
+    bad = TinyTransformer(cfg, bias_fn=lambda h, n: torch.zeros(h, n))
+    with pytest.raises(ValueError, match=r"bias_fn\(2, 3\) must return a tensor of "
+                                         r"shape \(2, 3, 3\)"):
+        bad(torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="bias_fn must be given exactly when"):
+        TinyTransformer(cfg)

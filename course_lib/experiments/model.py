@@ -21,6 +21,8 @@ xl            Transformer-XL's four-term scores with sinusoids of the      Dai
               distance (:func:`~course_lib.transformer_xl.rel_attention_scores`)
 da            ReLU scores rescaled by a learned function of the distance   Wu
               (:func:`~course_lib.da.da_attention`)
+custom        an additive bias from a function you pass (``bias_fn``),     exercise
+              as ALiBi: ``bias_fn(n_heads, seq) -> (n_heads, seq, seq)``
 ============  ===========================================================  ==========
 
 Choices that matter past the training length ``L`` (the model's ``train_length``):
@@ -40,6 +42,7 @@ Choices that matter past the training length ``L`` (the model's ``train_length``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +58,7 @@ from ..sinusoidal import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from ..transformer_xl import rel_attention_scores, relative_sinusoidal_embedding
 
 __all__ = [
+    "CUSTOM",
     "METHODS",
     "METHOD_LABELS",
     "ModelConfig",
@@ -66,6 +70,9 @@ METHODS: tuple[str, ...] = (
     "none", "learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "xl", "da"
 )
 """Position methods, in the order tables and plots list them."""
+
+CUSTOM = "custom"
+"""The method name of a model whose attention bias comes from a user function."""
 
 METHOD_LABELS: dict[str, str] = {
     "none": "NoPE",
@@ -88,7 +95,7 @@ class ModelConfig:
     Attributes:
         vocab_size: number of input tokens.
         n_classes: outputs per position.
-        method: one of :data:`METHODS`.
+        method: one of :data:`METHODS`, or :data:`CUSTOM` (with a ``bias_fn``).
         train_length: ``L``, the training length (size of the learned table, T5
             buckets, Shaw clipping ``L // 2``).
         d_model: width.
@@ -111,8 +118,9 @@ class ModelConfig:
         for name in ("vocab_size", "n_classes", "d_model", "n_heads", "n_layers",
                      "d_ff"):
             require_positive_int(fn, name, getattr(self, name))
-        if self.method not in METHODS:
-            fail(fn, f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.method not in (*METHODS, CUSTOM):
+            fail(fn, f"method must be one of {', '.join(METHODS)} or {CUSTOM!r}, "
+                     f"got {self.method!r}")
         if self.train_length < 4:
             fail(fn, f"train_length must be at least 4, got {self.train_length}")
         head_dim, rest = divmod(self.d_model, self.n_heads)
@@ -128,9 +136,11 @@ class PositionalSelfAttention(nn.Module):
     layers use one, as in T5 and RoFormer.
     """
 
-    def __init__(self, config: ModelConfig, shared: nn.ModuleDict) -> None:
+    def __init__(self, config: ModelConfig, shared: nn.ModuleDict,
+                 bias_fn: Callable[[int, int], torch.Tensor] | None = None) -> None:
         super().__init__()
         self.method = config.method
+        self.bias_fn = bias_fn
         self.n_heads = config.n_heads
         self.head_dim = config.d_model // config.n_heads
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
@@ -169,6 +179,15 @@ class PositionalSelfAttention(nn.Module):
         elif m == "t5":
             bias = self.shared["t5"](seq)  # (H, S, S)
             z, _ = scaled_dot_product_attention(q, k, v, bias=bias, mask=mask)
+        elif m == CUSTOM:
+            bias = self.bias_fn(self.n_heads, seq)
+            if not isinstance(bias, torch.Tensor) or bias.shape != (
+                self.n_heads, seq, seq
+            ):
+                fail("TinyTransformer", f"bias_fn({self.n_heads}, {seq}) must return "
+                     f"a tensor of shape ({self.n_heads}, {seq}, {seq}), got "
+                     f"{describe(bias)}")
+            z, _ = scaled_dot_product_attention(q, k, v, bias=bias.to(q), mask=mask)
         elif m == "shaw":
             z, _ = shaw_relative_attention(
                 q, k, v, self.a_k, self.a_v, self.max_distance, mask=mask
@@ -187,10 +206,11 @@ class PositionalSelfAttention(nn.Module):
 class _Block(nn.Module):
     """Pre-LayerNorm block: ``x + attn(LN(x))``, then ``x + FF(LN(x))``."""
 
-    def __init__(self, config: ModelConfig, shared: nn.ModuleDict) -> None:
+    def __init__(self, config: ModelConfig, shared: nn.ModuleDict,
+                 bias_fn: Callable[[int, int], torch.Tensor] | None) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(config.d_model)
-        self.attn = PositionalSelfAttention(config, shared)
+        self.attn = PositionalSelfAttention(config, shared, bias_fn)
         self.ln2 = nn.LayerNorm(config.d_model)
         self.ff = nn.Sequential(
             nn.Linear(config.d_model, config.d_ff),
@@ -218,6 +238,9 @@ class TinyTransformer(nn.Module):
 
     Args:
         config: a :class:`ModelConfig`.
+        bias_fn: only with ``method="custom"``: ``bias_fn(n_heads, seq)`` returns an
+            additive bias ``(n_heads, seq, seq)`` (query ``i``, key ``j``), added to
+            the scaled scores of every layer; the model applies the causal mask.
 
     Shapes: ``forward(tokens)`` takes ``(batch, seq)`` long tokens, any ``seq >= 1``,
     and returns logits ``(batch, seq, n_classes)``.
@@ -229,8 +252,16 @@ class TinyTransformer(nn.Module):
         torch.Size([2, 64, 3])
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        bias_fn: Callable[[int, int], torch.Tensor] | None = None,
+    ) -> None:
         super().__init__()
+        if (config.method == CUSTOM) != (bias_fn is not None):
+            fail("TinyTransformer", f"bias_fn must be given exactly when method is "
+                 f"{CUSTOM!r}, got method={config.method!r} and bias_fn={bias_fn!r}")
         self.config = config
         d = config.d_model
         self.embed = nn.Embedding(config.vocab_size, d)
@@ -253,7 +284,7 @@ class TinyTransformer(nn.Module):
                 bidirectional=False,
             )
         self.blocks = nn.ModuleList(
-            [_Block(config, self.shared) for _ in range(config.n_layers)]
+            [_Block(config, self.shared, bias_fn) for _ in range(config.n_layers)]
         )
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, config.n_classes)

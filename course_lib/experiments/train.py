@@ -33,7 +33,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validate import fail, require_int, require_positive_int
-from .model import METHOD_LABELS, METHODS, ModelConfig, TinyTransformer
+from .model import CUSTOM, METHOD_LABELS, METHODS, ModelConfig, TinyTransformer
 from .tasks import TASKS
 
 __all__ = [
@@ -224,7 +224,12 @@ def evaluate(
 
 
 def train_run(
-    task: str, method: str, seed: int, config: LabConfig | None = None
+    task: str,
+    method: str,
+    seed: int,
+    config: LabConfig | None = None,
+    *,
+    bias_fn: Callable[[int, int], torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Train one model at ``config.train_length`` and score it at every length.
 
@@ -233,6 +238,8 @@ def train_run(
         method: position method.
         seed: seed of the weights and the training data.
         config: settings (default :class:`LabConfig`).
+        bias_fn: the attention bias of ``method="custom"`` (see
+            :class:`~.model.TinyTransformer`).
 
     Returns:
         dict with ``task``, ``method``, ``seed``, ``accuracy`` (``{length: acc}``,
@@ -243,14 +250,15 @@ def train_run(
     cfg = LabConfig() if config is None else config
     if task not in TASKS:
         fail("train_run", f"task must be one of {', '.join(TASKS)}, got {task!r}")
-    if method not in METHODS:
-        fail("train_run", f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method not in (*METHODS, CUSTOM):
+        fail("train_run", f"method must be one of {', '.join(METHODS)} or "
+                          f"{CUSTOM!r}, got {method!r}")
     seed = require_int("train_run", "seed", seed, minimum=0)
     t = TASKS[task]
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = TinyTransformer(cfg.model_config(task, method))
+        model = TinyTransformer(cfg.model_config(task, method), bias_fn=bias_fn)
     data = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
                             weight_decay=cfg.weight_decay, foreach=True)
@@ -461,6 +469,7 @@ def run_lab(
     workers = require_positive_int("run_lab", "workers", workers)
     jobs = [(t, m, s, cfg.to_dict())
             for t in cfg.tasks for m in cfg.methods for s in cfg.seeds]
+    version = code_version()  # before the runs: the code that produces them
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC)
     start = time.perf_counter()
@@ -493,7 +502,7 @@ def run_lab(
     runs.sort(key=lambda r: key[(r["task"], r["method"], r["seed"])])
     per_model = [r["train_seconds"] + r["eval_seconds"] for r in runs]
     meta = {
-        "code_version": code_version(),
+        "code_version": version,
         "settings": cfg.to_dict(),
         "seeds": list(cfg.seeds),
         "started_utc": started.isoformat(timespec="seconds"),
