@@ -52,6 +52,7 @@ from .gradebook import (
     read_status,
     read_submission,
     record_ungradable,
+    stamp_alembic_version,
     submission_scores,
     write_status,
 )
@@ -560,8 +561,10 @@ def autograde(
 
         scratch = Path(tempfile.mkdtemp(prefix="course-autograde-"))
         template = scratch / "template.db"
-        with Gradebook(sqlite_url(template), course.course_id) as tgb:
-            copy_assignment(gb, tgb, assignment)
+        if jobs:
+            stamp_alembic_version(template, gb)
+            with Gradebook(sqlite_url(template), course.course_id) as tgb:
+                copy_assignment(gb, tgb, assignment)
 
     log_dir = course.root / "reports" / assignment / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

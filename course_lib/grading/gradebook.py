@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 __all__ = [
     "STATUS_TABLE",
+    "stamp_alembic_version",
     "StatusRow",
     "copy_assignment",
     "merge_submission",
@@ -114,6 +115,29 @@ def write_status(gb, row: StatusRow) -> None:
     )
     gb.db.execute(_status.insert().values(**values))
     gb.db.commit()
+
+
+def stamp_alembic_version(path, gb) -> None:
+    """Start an SQLite gradebook file at ``path`` with the schema version of ``gb``.
+
+    nbgrader stamps a new gradebook by running the ``alembic`` command (a second or
+    more); a private gradebook with the version row already present skips that."""
+    try:
+        version = gb.db.execute(
+            sa.text("SELECT version_num FROM alembic_version")
+        ).scalar()
+    except sa.exc.SQLAlchemyError:
+        gb.db.rollback()
+        return
+    if not version:
+        return
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        )
+        conn.execute(sa.text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
+    engine.dispose()
 
 
 def copy_assignment(src, dst, assignment: str) -> None:
