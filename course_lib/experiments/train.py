@@ -245,7 +245,9 @@ def train_run(
         dict with ``task``, ``method``, ``seed``, ``accuracy`` (``{length: acc}``,
         lengths as strings for JSON), ``final_loss`` (mean training loss of the last
         10 % of the steps), ``loss_curve`` (mean loss of consecutive blocks of steps),
-        ``train_seconds``, ``eval_seconds`` and ``parameters``.
+        ``train_seconds``, ``eval_seconds`` (wall clock), ``cpu_seconds`` (CPU time
+        of this process: the cost of the run whatever else the machine is doing) and
+        ``parameters``.
     """
     cfg = LabConfig() if config is None else config
     if task not in TASKS:
@@ -256,6 +258,7 @@ def train_run(
     seed = require_int("train_run", "seed", seed, minimum=0)
     t = TASKS[task]
     start = time.perf_counter()
+    cpu_start = time.process_time()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = TinyTransformer(cfg.model_config(task, method), bias_fn=bias_fn)
@@ -295,6 +298,7 @@ def train_run(
         "loss_curve": [round(float(x), 5) for x in curve],
         "train_seconds": round(train_seconds, 3),
         "eval_seconds": round(time.perf_counter() - start - train_seconds, 3),
+        "cpu_seconds": round(time.process_time() - cpu_start, 3),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
 
@@ -501,6 +505,7 @@ def run_lab(
     key = {(t, m, s): i for i, (t, m, s, _) in enumerate(jobs)}
     runs.sort(key=lambda r: key[(r["task"], r["method"], r["seed"])])
     per_model = [r["train_seconds"] + r["eval_seconds"] for r in runs]
+    cpu = [r["cpu_seconds"] for r in runs]
     meta = {
         "code_version": version,
         "settings": cfg.to_dict(),
@@ -509,6 +514,9 @@ def run_lab(
         "wall_seconds": round(wall, 1),
         "model_seconds_max": round(max(per_model), 2),
         "model_seconds_mean": round(sum(per_model) / len(per_model), 2),
+        "model_cpu_seconds_max": round(max(cpu), 2),
+        "model_cpu_seconds_mean": round(sum(cpu) / len(cpu), 2),
+        "cpu_seconds_total": round(sum(cpu), 1),
         "workers": workers,
         "threads_per_worker": 1,
         "machine": {
@@ -653,7 +661,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = results["meta"]
     print(format_table(results))
     print(f"\nwrote {path}\nwall time {meta['wall_seconds']} s; per model: mean "
-          f"{meta['model_seconds_mean']} s, max {meta['model_seconds_max']} s; "
+          f"{meta['model_seconds_mean']} s, max {meta['model_seconds_max']} s "
+          f"(CPU time: mean {meta['model_cpu_seconds_mean']} s, max "
+          f"{meta['model_cpu_seconds_max']} s, total {meta['cpu_seconds_total']} s); "
           f"load average before {meta['load_average_before'][0]}, after "
           f"{meta['load_average_after'][0]}")
     return 0
