@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -365,3 +366,178 @@ def test_custom_bias_reaches_every_layer_and_is_validated(gen):
         bad(torch.zeros(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="bias_fn must be given exactly when"):
         TinyTransformer(cfg)
+
+
+# ------------------------------------------------------- the ex10_lab graders
+
+from course_lib.checks import CheckFailed  # noqa: E402
+from course_lib.checks import ex10_lab as g10  # noqa: E402
+
+
+def _log_bias_loops(n_heads, seq_len):
+    """Written from the exercise's equation, one entry at a time."""
+    out = torch.empty(n_heads, seq_len, seq_len)
+    for h in range(n_heads):
+        m = 2.0 ** (-8.0 * (h + 1) / n_heads)
+        for i in range(seq_len):
+            for j in range(seq_len):
+                out[h, i, j] = -m * math.log(1 + i - j) if j <= i else -math.inf
+    return out
+
+
+def _log_bias_vectorised(n_heads, seq_len):
+    slopes = torch.logspace(-8 / n_heads, -8, n_heads, base=2, dtype=torch.float64)
+    d = torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]
+    bias = -slopes[:, None, None] * torch.log(1.0 + d.clamp(min=0))
+    return torch.where(d >= 0, bias, -torch.inf).float()
+
+
+def _log_bias_linear(n_heads, seq_len):  # ALiBi's linear penalty
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+    d = torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]
+    return (-slopes[:, None, None] * d.clamp(min=0)).masked_fill(d < 0, -torch.inf)
+
+
+def _log_bias_log2(n_heads, seq_len):
+    return _log_bias_vectorised(n_heads, seq_len) / math.log(2)
+
+
+def _log_bias_symmetric(n_heads, seq_len):  # no causal mask
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+    d = (torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]).abs()
+    return -slopes[:, None, None] * torch.log1p(d.float())
+
+
+def _log_bias_positive(n_heads, seq_len):
+    bias = _log_bias_vectorised(n_heads, seq_len)
+    return torch.where(torch.isinf(bias), bias, -bias)
+
+
+def _log_bias_calls_library(n_heads, seq_len):
+    from course_lib import alibi_slopes
+
+    d = torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]
+    bias = -alibi_slopes(n_heads)[:, None, None] * torch.log1p(d.clamp(min=0))
+    return bias.masked_fill(d < 0, -torch.inf)
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+def test_log_bias_grader_reference_matches_the_equation():
+    for h, n in ((1, 3), (4, 6), (16, 9)):
+        torch.testing.assert_close(g10._reference_bias(h, n).float(),
+                                   _log_bias_loops(h, n))
+
+
+@pytest.mark.parametrize("fn", [_log_bias_loops, _log_bias_vectorised])
+def test_log_bias_grader_accepts_correct_versions(fn, capsys):
+    g10.check_log_distance_bias(fn)
+    g10.grade_log_distance_bias(fn)
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith("log_distance_bias: all public checks passed.")
+    assert "log_distance_bias: passed (9 shapes; recall accuracy" in out
+
+
+@pytest.mark.parametrize(
+    ("fn", "fragment"),
+    [
+        (_log_bias_linear, "ALiBi's linear penalty"),
+        (_log_bias_log2, "log base 2"),
+        (_log_bias_symmetric, "causal mask is missing"),
+        (_log_bias_positive, "the bias is positive"),
+        (_log_bias_calls_library, "calls the course_lib reference"),
+        (_stub, "still the stub"),
+    ],
+)
+def test_log_bias_grader_names_the_mistake(fn, fragment, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(fragment)):
+        g10.check_log_distance_bias(fn)
+    assert capsys.readouterr().err == ""
+
+
+def test_log_bias_hidden_grade_trains_in_the_harness(monkeypatch):
+    calls = []
+    real = g10.__dict__.get("train_run")
+    assert real is None  # imported lazily, inside the grader
+
+    import course_lib.experiments as lab
+
+    original = lab.train_run
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(lab, "train_run", spy)
+    g10.grade_log_distance_bias(_log_bias_vectorised)
+    ((args, kwargs),) = calls
+    assert args[:3] == ("recall", "custom", 0)
+    assert kwargs["bias_fn"] is _log_bias_vectorised
+
+
+def _retained_loops(summary, task, method, chance):
+    mine = {}
+    for row in summary:
+        if row["task"] == task and row["method"] == method:
+            mine[row["length"]] = row["mean"]
+    base = mine[min(mine)]
+    out = {}
+    for n in mine:
+        out[n] = math.nan if base <= chance else (mine[n] - chance) / (base - chance)
+    return out
+
+
+def _retained_plain_ratio(summary, task, method, chance):
+    mine = {r["length"]: r["mean"] for r in summary
+            if r["task"] == task and r["method"] == method}
+    return {n: a / mine[min(mine)] for n, a in mine.items()}
+
+
+def _retained_string_keys(summary, task, method, chance):
+    return {str(n): v for n, v in _retained_loops(summary, task, method,
+                                                   chance).items()}
+
+
+def _retained_longest_reference(summary, task, method, chance):
+    mine = {r["length"]: r["mean"] for r in summary
+            if r["task"] == task and r["method"] == method}
+    return {n: (a - chance) / (mine[max(mine)] - chance) for n, a in mine.items()}
+
+
+def _retained_no_nan(summary, task, method, chance):
+    mine = {r["length"]: r["mean"] for r in summary
+            if r["task"] == task and r["method"] == method}
+    base = mine[min(mine)]
+    return {n: (a - chance) / (base - chance) if base != chance else 0.0
+            for n, a in mine.items()}
+
+
+def test_retained_grader_accepts_a_loop(capsys):
+    g10.check_retained_skill(_retained_loops)
+    g10.grade_retained_skill(_retained_loops)
+    out, err = capsys.readouterr()
+    assert err == "" and "retained_skill: passed (8 summaries)." in out
+
+
+@pytest.mark.parametrize(
+    ("fn", "fragment", "public"),
+    [
+        (_retained_plain_ratio, "subtract chance", True),
+        (_retained_string_keys, "the keys must be the lengths as ints", True),
+        (_retained_longest_reference, "the reference is the longest length", True),
+        (_retained_no_nan, "expected nan", False),
+        (_stub, "still the stub", True),
+    ],
+)
+def test_retained_grader_names_the_mistake(fn, fragment, public, capsys):
+    with pytest.raises(CheckFailed, match=re.escape(fragment)):
+        g10.grade_retained_skill(fn)
+    if public:
+        with pytest.raises(CheckFailed, match=re.escape(fragment)):
+            g10.check_retained_skill(fn)
+    else:
+        g10.check_retained_skill(fn)
+    assert capsys.readouterr().err == ""
