@@ -349,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     2: an error the message explains)."""
     from .grading.course import CourseError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lab"]:  # everything after `lab` belongs to the lab's own parser
+        return _cmd_lab(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)

@@ -299,6 +299,7 @@ def test_context_kill_ends_the_process_group():
 # --- gradebook helpers ---------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
 def test_merge_keeps_manual_grades_and_flags_them(tmp_path):
     from nbgrader.api import Gradebook
 

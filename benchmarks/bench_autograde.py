@@ -1,0 +1,211 @@
+"""Autograde throughput: ``course autograde --jobs 2`` against plain sequential
+``nbgrader autograde`` on the same submissions, in the same run.
+
+    python -m benchmarks.bench_autograde                  # 8 submissions of ex05
+    python -m benchmarks.bench_autograde --submissions 16 --jobs 2 --rounds 2
+
+A scratch course with ex05_alibi is released once and given ``--submissions``
+synthetic submissions (right answers, a wrong sign, untouched stubs, in turn). Each
+round copies it twice and grades one copy with each tool from a cold start (a new
+process, as an instructor runs it), alternating which goes first. Both gradebooks
+must agree on every score. The optional package ``rfc3987-syntax`` (the Makefile
+uninstalls it) slows every start of nbgrader; each configuration is measured with it
+importable and with it blocked (a shadow package on ``PYTHONPATH`` that raises
+``ImportError``, which is what uninstalling it amounts to), when it is installed.
+Prints a markdown report on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+A = "ex05_alibi"
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _build(base: Path, n: int) -> dict[str, float]:
+    """A released ex05 course at ``base`` with ``n`` collected submissions; returns
+    the score each student must get (from the variant it was given)."""
+    from course_lib.grading.collect import collect
+    from course_lib.grading.release import release
+    from course_lib.grading.synthetic import (
+        scratch_course,
+        solution_answers,
+        student_notebook,
+        write_submission,
+    )
+
+    course = scratch_course(base, ROOT, [A])
+    release(course, A)
+    src = course.source_dir / A / f"{A}.ipynb"
+    rel = course.release_dir / A / f"{A}.ipynb"
+    right = solution_answers(src)
+    wrong = dict(right)
+    wrong["alibi_bias__answer"] = right["alibi_bias__answer"].replace(
+        "return -alibi_slopes", "return alibi_slopes"
+    )
+    variants = [(right, 6.0), (wrong, 3.0), (right, 6.0), (None, 0.0)]
+    inbox = base.parent / "inbox"
+    expected = {}
+    for i in range(n):
+        answers, score = variants[i % len(variants)]
+        student = f"s{i:03d}"
+        write_submission(inbox, student, A, student_notebook(rel, answers))
+        expected[student] = score
+    collect(course, inbox, A)
+    return expected
+
+
+def _scores(course_dir: Path) -> dict[str, float]:
+    from course_lib.grading.course import Course
+
+    course = Course(course_dir)
+    with course.gradebook() as gb:
+        return {s.student.id: float(s.score) for s in gb.assignment_submissions(A)}
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return wall
+
+
+def _startup(env: dict[str, str], repeat: int = 3) -> float:
+    """Median wall time of ``nbgrader --version`` (imports and application set-up)."""
+    times = [
+        _timed([str(BIN / "nbgrader"), "--version"], ROOT, env) for _ in range(repeat)
+    ]
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_autograde",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--submissions", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repetitions of each measurement (median reported)",
+    )
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-autograde-"))
+    try:
+        _log(f"building a course with {args.submissions} submissions in {tmp}")
+        base = tmp / "base"
+        expected = _build(base, args.submissions)
+
+        env = dict(os.environ)
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("PYTHONPATH", None)
+        configs = [("rfc3987-syntax installed", env)]
+        if importlib.util.find_spec("rfc3987_syntax") is not None:
+            shadow = tmp / "no_rfc3987" / "rfc3987_syntax"
+            shadow.mkdir(parents=True)
+            (shadow / "__init__.py").write_text(
+                "raise ImportError('rfc3987-syntax blocked for the benchmark')\n"
+            )
+            configs.append(
+                ("rfc3987-syntax removed", dict(env, PYTHONPATH=str(shadow.parent)))
+            )
+        else:
+            configs = [("rfc3987-syntax removed", env)]
+
+        tools = {
+            "nbgrader autograde (sequential)": [
+                str(BIN / "nbgrader"),
+                "autograde",
+                A,
+                "--force",
+            ],
+            f"course autograde --jobs {args.jobs}": [
+                str(BIN / "course"),
+                "autograde",
+                A,
+                "--jobs",
+                str(args.jobs),
+                "--force",
+                "--no-progress",
+            ],
+        }
+        walls: dict[tuple[str, str], list[float]] = {}
+        startups = {}
+        order = list(tools)
+        for config, cfg_env in configs:
+            startups[config] = _startup(cfg_env)
+            for r in range(args.rounds):
+                for tool in order if r % 2 == 0 else order[::-1]:
+                    work = tmp / f"run-{len(walls)}-{r}"
+                    shutil.copytree(base, work)
+                    _log(f"{config}: {tool} (round {r + 1})")
+                    wall = _timed(tools[tool], work, cfg_env)
+                    got = _scores(work)
+                    if got != expected:
+                        raise RuntimeError(f"{tool} gave {got}, expected {expected}")
+                    walls.setdefault((config, tool), []).append(wall)
+                    shutil.rmtree(work)
+
+        lines = [
+            f"{args.submissions} submissions of {A} (scores checked: both tools agree "
+            f"with the expected {sorted(set(expected.values()))} points), "
+            f"{os.cpu_count()} CPUs, load average at the end "
+            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}. Wall time of the whole "
+            "command from a cold start, median of "
+            f"{args.rounds} round(s).",
+            "",
+            "| configuration | tool | wall (s) | per submission (s) | speed-up |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for config, _ in configs:
+            base_wall = statistics.median(walls[(config, order[0])])
+            for tool in order:
+                wall = statistics.median(walls[(config, tool)])
+                lines.append(
+                    f"| {config} | {tool} | {wall:.1f} | "
+                    f"{wall / args.submissions:.2f} | {base_wall / wall:.2f}x |"
+                )
+        lines += [
+            "",
+            "| configuration | `nbgrader --version` start-up (s) |",
+            "|---|---:|",
+        ]
+        lines += [f"| {config} | {startups[config]:.2f} |" for config, _ in configs]
+        if len(configs) == 2:
+            saved = startups[configs[0][0]] - startups[configs[1][0]]
+            seq = [statistics.median(walls[(c, order[0])]) for c, _ in configs]
+            lines += [
+                "",
+                f"Removing rfc3987-syntax saves {saved:.1f} s per nbgrader "
+                f"start-up and {seq[0] - seq[1]:.1f} s on the sequential "
+                "nbgrader run.",
+            ]
+        print("\n".join(lines))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
