@@ -271,13 +271,18 @@ def test_da_references_equal_the_paper_formula() -> None:
 # --- the grader machinery around these exercises
 
 
-def test_a_student_that_mutates_its_input_does_not_change_the_expected_answer() -> None:
+def test_a_student_that_mutates_its_input_is_told_so() -> None:
+    """The answer is right, but the input was zeroed in place: the caller's tensor is
+    gone, which is a bug the message names (the expected answer, computed before the
+    call, is not affected)."""
+
     def in_place(x):
         out = z07.shift_pad_reshape(x)
         x.zero_()
         return out
 
-    g07.check_rel_shift(in_place)
+    with pytest.raises(CheckFailed, match="changed its input x in place"):
+        g07.check_rel_shift(in_place)
 
 
 def test_student_exceptions_become_messages_not_tracebacks() -> None:

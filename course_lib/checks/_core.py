@@ -21,6 +21,8 @@ Three rules every grader follows:
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 import math
 import sys
 import warnings
@@ -47,6 +49,8 @@ _allclose = torch.allclose
 _isclose = torch.isclose
 _equal = torch.equal
 _Tensor = torch.Tensor
+_WIDE_FLOATS = (torch.float32, torch.float64)
+_WIDE_INTEGERS = (torch.int32, torch.int64)
 
 
 class CheckFailed(AssertionError):
@@ -86,9 +90,15 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
     """
     if not callable(fn):
         raise CheckFailed(f"expected a function, got {type(fn).__name__}")
-    with reference_trap(fn) as trap, warnings.catch_warnings(record=True) as caught:
-        # Warnings would reach stderr, and nbgrader scores a test cell that writes to
-        # stderr zero: collect them and repeat them on stdout instead.
+    inputs = _snapshot(fn, args, kwargs)
+    with (
+        reference_trap(fn) as trap,
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stderr(sys.stdout),
+    ):
+        # Warnings and prints to stderr would reach stderr, and nbgrader scores a test
+        # cell that writes to stderr zero: collect the warnings and repeat them on
+        # stdout, and send the student's own stderr to stdout.
         warnings.simplefilter("always")
         try:
             result = fn(*args, **kwargs)
@@ -108,11 +118,54 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
         print(f"note: {call} warned: {w.category.__name__}: {w.message}")
     if trap.called:
         raise CheckFailed(
-            f"{call} calls the course_lib reference ({trap.called[0]}). "
+            f"{call} calls the course_lib reference (the call reached "
+            f"{trap.called[0]}). "
             "The exercise is to write it yourself: a call to the library earns "
             "no points."
         )
+    _check_unchanged(inputs, call)
     return result
+
+
+def _snapshot(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """``(name, argument, copy)`` of every tensor or list argument, to find out after
+    the call whether the student's function changed one of them in place."""
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    out = []
+    given = [
+        (names[i] if i < len(names) else f"number {i + 1}", a)
+        for i, a in enumerate(args)
+    ]
+    for name, value in [*given, *kwargs.items()]:
+        if isinstance(value, _Tensor):
+            out.append((name, value, value.detach().clone()))
+        elif isinstance(value, list):
+            out.append((name, value, copy.deepcopy(value)))
+    return out
+
+
+def _check_unchanged(inputs: list[tuple[str, Any, Any]], call: str) -> None:
+    for name, value, before in inputs:
+        if isinstance(value, _Tensor):
+            now = value.detach()
+            same = (
+                now.shape == before.shape
+                and now.dtype == before.dtype
+                and bool(((now == before) | ((now != now) & (before != before))).all())
+            )
+        else:
+            same = value == before
+        if not same:
+            raise CheckFailed(
+                f"{call} changed its input {name} in place; leave the inputs as "
+                "they are and return a new tensor (x * 2, not x *= 2 or x.mul_(2)): "
+                "the caller still uses them"
+            )
 
 
 class _Trap:
@@ -120,19 +173,37 @@ class _Trap:
         self.called: list[str] = []
 
 
+def _library_modules() -> list[tuple[str, Any]]:
+    """The loaded course_lib modules, graders and the grading tool excluded (test
+    cells legitimately call them)."""
+    return [
+        (name, module)
+        for name, module in list(sys.modules.items())
+        if name.startswith("course_lib")
+        and module is not None
+        and not name.startswith(("course_lib.checks", "course_lib.grading"))
+    ]
+
+
 def _public_callables() -> dict[int, str]:
-    """id -> qualified name of every public callable in the loaded course_lib modules
-    (graders excluded: test cells legitimately call them)."""
+    """id -> qualified name of every callable of the loaded course_lib modules: the
+    public ones (``__all__``) and the private helpers defined there, which would
+    otherwise do part of the exercise (``course_lib.relative._relative_positions``)."""
     found: dict[int, str] = {}
-    for modname, module in list(sys.modules.items()):
-        if not modname.startswith("course_lib") or module is None:
-            continue
-        if modname.startswith(("course_lib.checks", "course_lib.grading")):
-            continue
+    modules = _library_modules()
+    for _, module in modules:
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name, None)
             if callable(obj):
-                found[id(obj)] = f"course_lib.{name}"
+                found.setdefault(id(obj), f"course_lib.{name}")
+    for modname, module in modules:
+        for name, obj in list(vars(module).items()):
+            if (
+                callable(obj)
+                and str(getattr(obj, "__module__", "")).startswith("course_lib")
+                and not isinstance(obj, type(sys))
+            ):
+                found.setdefault(id(obj), f"{modname}.{name}")
     return found
 
 
@@ -151,13 +222,7 @@ def reference_trap(fn: Callable[..., Any]) -> Iterator[_Trap]:
 
         return trapped
 
-    namespaces: list[dict[str, Any]] = [
-        vars(m)
-        for n, m in list(sys.modules.items())
-        if n.startswith("course_lib")
-        and m is not None
-        and not n.startswith(("course_lib.checks", "course_lib.grading"))
-    ]
+    namespaces: list[dict[str, Any]] = [vars(m) for _, m in _library_modules()]
     student_globals = getattr(fn, "__globals__", None)
     if isinstance(student_globals, dict):
         namespaces.append(student_globals)
@@ -203,14 +268,19 @@ def expect_close(
     atol: float = 1e-5,
     rtol: float = 1e-4,
     mistakes: Sequence[Mistake] = (),
-    dtype: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    dtype_reason: str = "",
 ) -> None:
     """Compare a student's tensor with the expected one.
 
     ``what`` names the answer ("sinusoidal_encoding(6, 4)"); ``mistakes`` are known
     wrong answers whose explanation is added when the student's answer equals one
-    of them (unless it coincides with the right answer); ``dtype`` is ``"float"``
-    or ``"integer"`` when the kind of dtype matters.
+    of them (unless it coincides with the right answer). ``dtype`` is ``"float"``
+    (float32 or float64: half precision cannot meet the tolerances), ``"integer"``
+    (int32 or int64: narrower integers wrap around on long inputs), or an exact
+    ``torch.dtype`` the task asks for; ``dtype_reason`` says why it matters. An
+    exact dtype is checked after the values, so that a right answer in the wrong
+    dtype is told just that.
     """
     if not isinstance(got, _Tensor):
         raise CheckFailed(
@@ -229,26 +299,56 @@ def expect_close(
             f"{what} has the wrong shape: expected {tuple(expected.shape)}, "
             f"got {tuple(got.shape)}"
         )
-    if dtype == "integer" and (got.is_floating_point() or got.is_complex()):
-        raise CheckFailed(f"{what} should hold integers (torch.long), got {got.dtype}")
-    if dtype == "float" and not got.is_floating_point():
-        raise CheckFailed(f"{what} should be a floating-point tensor, got {got.dtype}")
+    exact = dtype if isinstance(dtype, torch.dtype) else None
+    integer = dtype == "integer" or (exact is not None and not exact.is_floating_point)
+    floating = dtype == "float" or (exact is not None and exact.is_floating_point)
+    if integer and got.dtype not in _WIDE_INTEGERS:
+        if got.is_floating_point() or got.is_complex():
+            raise CheckFailed(
+                f"{what} should hold integers (torch.long), got {got.dtype}"
+            )
+        raise CheckFailed(
+            f"{what} should be a torch.long tensor, got {got.dtype}"
+            + (
+                ""
+                if got.dtype == torch.bool
+                else f" (it wraps around beyond {int(torch.iinfo(got.dtype).max)})"
+            )
+        )
+    if floating and got.dtype not in _WIDE_FLOATS:
+        if not got.is_floating_point():
+            raise CheckFailed(
+                f"{what} should be a floating-point tensor, got {got.dtype}"
+            )
+        raise CheckFailed(
+            f"{what} is {got.dtype}, which is too coarse for these numbers: "
+            "use float32 (or float64)"
+        )
     wrong, n_wrong = _first_wrong(got, expected, atol, rtol)
     if n_wrong:
         idx = tuple(int(i) for i in wrong[0])
         e = expected[idx].item()
         g = got[idx].item()
+        note = ""
+        if exact is not None and got.dtype != exact:
+            note = f" (and the dtype should be {exact}, got {got.dtype})"
         raise CheckFailed(
             f"{what} has {n_wrong} wrong entr{'y' if n_wrong == 1 else 'ies'} "
             f"of {expected.numel()}; the first is at index {idx}: "
-            f"expected {_fmt(e)}, got {_fmt(g)}"
+            f"expected {_fmt(e)}, got {_fmt(g)}{note}"
+        )
+    if exact is not None and got.dtype != exact:
+        raise CheckFailed(
+            f"{what} has the right values, but its dtype is {got.dtype}; the task "
+            f"asks for {exact}" + (f": {dtype_reason}" if dtype_reason else "")
         )
 
 
 def expect_equal(
     got: Any, expected: torch.Tensor, *, what: str, mistakes: Sequence[Mistake] = ()
 ) -> None:
-    """Exact comparison, for integer answers such as indices and buckets."""
+    """Exact comparison, for integer answers such as indices and buckets (int64 or
+    int32; bool and narrower integers are rejected)."""
     expect_close(
         got, expected, what=what, atol=0.0, rtol=0.0, mistakes=mistakes, dtype="integer"
     )
