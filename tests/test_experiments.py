@@ -541,3 +541,64 @@ def test_retained_grader_names_the_mistake(fn, fragment, public, capsys):
     else:
         g10.check_retained_skill(fn)
     assert capsys.readouterr().err == ""
+
+
+# ------------------------------------------------------------------ chapter figures
+
+
+def _fake_results():
+    runs = [
+        {"task": t, "method": m, "seed": s,
+         "accuracy": {str(n): round(0.2 + 0.1 * i + 0.05 * s + 0.01 * k, 4)
+                      for k, n in enumerate((16, 32, 64))}}
+        for t in ("recall", "copy") for i, m in enumerate(("learned", "alibi", "xl"))
+        for s in range(3)
+    ]
+    return {"meta": {"settings": {"train_length": 16}}, "runs": runs,
+            "summary": summarize(runs)}
+
+
+def test_plot_lab_accuracy_draws_the_summary():
+    from course_lib import viz
+
+    results = _fake_results()
+    fig = viz.plot_lab_accuracy(results)
+    axes = fig.axes
+    assert len(axes) == 4  # 2 tasks x 2 panels
+    left, right = axes[0], axes[1]
+    assert [ln.get_label() for ln in left.get_lines() if not ln.get_label().startswith(
+        "_")] == ["learned abs."]
+    labels = [ln.get_label() for ln in right.get_lines()
+              if not ln.get_label().startswith("_")]
+    assert labels == ["ALiBi", "Transformer-XL"]
+    line = right.get_lines()[0]
+    want = [r["mean"] for r in results["summary"]
+            if (r["task"], r["method"]) == ("recall", "alibi")]
+    assert line.get_xdata().tolist() == [16, 32, 64]
+    assert line.get_ydata().tolist() == pytest.approx(want)
+    # chance (dashed) and the training length (dotted) are marked
+    chance = TASKS["recall"].chance
+    assert any(ln.get_linestyle() == "--" and ln.get_ydata()[0] == chance
+               for ln in left.get_lines())
+    assert any(ln.get_linestyle() == ":" and ln.get_xdata()[0] == 16
+               for ln in left.get_lines())
+    assert len(viz.plot_lab_accuracy(results, tasks=["copy"]).axes) == 2
+    with pytest.raises(ValueError, match=r"plot_lab_accuracy: tasks must be among"):
+        viz.plot_lab_accuracy(results, tasks=["ascending"])
+    with pytest.raises(TypeError, match=r"plot_lab_accuracy: results must be"):
+        viz.plot_lab_accuracy([])
+
+
+def test_plot_lab_heatmap_shows_every_mean():
+    from course_lib import viz
+
+    results = _fake_results()
+    fig = viz.plot_lab_heatmap(results)
+    image = fig.axes[0].get_images()[0].get_array()
+    assert image.shape == (3, 6)  # methods x (tasks * lengths)
+    by_key = {(r["task"], r["method"], r["length"]): r["mean"]
+              for r in results["summary"]}
+    for i, m in enumerate(("learned", "alibi", "xl")):
+        for j, (t, n) in enumerate((t, n) for t in ("recall", "copy")
+                                   for n in (16, 32, 64)):
+            assert image[i, j] == pytest.approx(by_key[(t, m, n)])
