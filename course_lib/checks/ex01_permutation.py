@@ -190,7 +190,13 @@ def _check_perm(permutation_matrix: Callable, perm: list[int], as_tensor: bool) 
                           f"return the ({len(perm)}, {len(perm)}) matrix P with "
                           "(P @ x)[i] = x[perm[i]]")
     expect_close(got, expected, what=call, atol=0.0, rtol=0.0, mistakes=mistakes,
-                 dtype="float")
+                 dtype=torch.float32, dtype_reason=_FLOAT32_REASON)
+
+
+_FLOAT32_REASON = (
+    "P @ x fails for a float32 x unless P is float32 too (torch does not mix "
+    "dtypes in a matrix product)"
+)
 
 
 def _check_perm_property(permutation_matrix: Callable, perm: list[int]) -> None:
@@ -206,8 +212,13 @@ def _check_perm_property(permutation_matrix: Callable, perm: list[int]) -> None:
     if got.shape != (n, n):
         raise CheckFailed(f"{call} has the wrong shape: expected {(n, n)}, "
                           f"got {tuple(got.shape)}")
+    try:
+        moved = got @ x  # (n, 3), in the student's dtype: float32 P for float32 x
+    except RuntimeError as exc:
+        raise CheckFailed(f"P @ x with P = {call} and a float32 x raised: {exc}; "
+                          f"{_FLOAT32_REASON}") from None
     p = got.double()  # (n, n)
-    expect_close(p @ x.double(), expected, what=f"P @ x with P = {call}", atol=1e-6,
+    expect_close(moved, expected, what=f"P @ x with P = {call}", atol=1e-6,
                  rtol=1e-6)
     expect_close(p.T @ p, torch.eye(n), what=f"P^T P with P = {call}",
                  atol=1e-6, rtol=1e-6)

@@ -122,7 +122,10 @@ def _check_encoding(sinusoidal_encoding: Callable, max_len: int, d_model: int, *
     mistakes = _known(expected, _encoding_mistakes(max_len, d_model))
     call = f"sinusoidal_encoding({max_len}, {d_model})"
     got = call_student(sinusoidal_encoding, max_len, d_model, call=call)
-    if properties and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+    # The properties explain a wrong float32/float64 answer; any other dtype is
+    # explained by expect_close below.
+    if (properties and isinstance(got, torch.Tensor) and got.shape == expected.shape
+            and got.dtype in (torch.float32, torch.float64)):
         for m in mistakes:
             if torch.allclose(got.double(), m.answer.double(), atol=_ATOL, rtol=_RTOL):
                 raise CheckFailed(f"{call} is wrong in a known way: {m.explanation}")
@@ -147,7 +150,9 @@ def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
 def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
     """Hidden grade: one position, d_model = 2, wide and long tables, unique rows."""
     _public_sinusoidal_encoding(sinusoidal_encoding)
-    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64))
+    # (1100, 8): positions beyond 256 and 512, where a table cached for a fixed length
+    # or positions rounded to a low precision (bfloat16 is exact only up to 256) fail.
+    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64), (1100, 8))
     for max_len, d_model in cases:
         _check_encoding(sinusoidal_encoding, max_len, d_model, properties=True)
     got = _check_encoding(sinusoidal_encoding, 200, 32, properties=True).double()
@@ -181,6 +186,10 @@ def _padding_mistakes(mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
          "ignores left padding; the first real token must get position 0 (use a "
          "cumulative sum of the mask)"),
         (arange.clone(), "the mask is ignored: positions 0, 1, 2, ... for every slot"),
+        ((arange - m.argmax(dim=-1, keepdim=True)).clamp(min=0) * m,
+         "the positions count the slots since the first real token, padding in "
+         "between included; the position of a real token is the number of real "
+         "tokens before it (a cumulative sum of the mask)"),
     ]
 
 
@@ -206,6 +215,9 @@ def _hidden_masks() -> list[torch.Tensor]:
     masks.append(real.long())  # (5, seq) left and right padding, some rows empty
     masks.append(torch.tensor([[False, True, True], [True, True, False]]))
     masks.append(torch.tensor([[0, 0, 1, 1, 1, 1, 1]], dtype=torch.int32))
+    # Padding between real tokens (packed sequences): still "the real tokens of each
+    # row get 0, 1, 2, ... in order".
+    masks.append(torch.tensor([[1, 0, 1, 1, 0], [0, 1, 0, 0, 1], [0, 1, 1, 0, 1]]))
     return masks
 
 

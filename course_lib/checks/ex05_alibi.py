@@ -199,7 +199,10 @@ def _check_bias(alibi_bias: Callable, n: int, seq_len: int, *,
     mistakes = _known(expected, _bias_mistakes(n, seq_len))
     call = f"alibi_bias({n}, {seq_len})"
     got = call_student(alibi_bias, n, seq_len, call=call)
-    if properties and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+    # The properties explain a wrong float32/float64 answer; any other dtype is
+    # explained by expect_close below.
+    if (properties and isinstance(got, torch.Tensor) and got.shape == expected.shape
+            and got.dtype in (torch.float32, torch.float64)):
         _raise_if_known(got, mistakes, call)
         _bias_properties(got, call)
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 import course_lib
@@ -53,6 +54,20 @@ def sa_einsum_float64(x, w_q, w_k, w_v):
     v = torch.einsum("...sd,dv->...sv", x64, w_v.double())
     scores = torch.einsum("...ik,...jk->...ij", q, k) / q.shape[-1] ** 0.5
     return (scores.softmax(dim=-1) @ v).to(x.dtype)
+
+
+def sa_torch_sdpa(x, w_q, w_k, w_v):
+    """PyTorch's fused attention (its default scale is 1/sqrt(q.shape[-1]) = d_k)."""
+    return torch.nn.functional.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+
+
+def sa_numpy(x, w_q, w_k, w_v):
+    """NumPy inside, back to a tensor of x's dtype."""
+    xs, q_w, k_w, v_w = (t.numpy() for t in (x, w_q, w_k, w_v))
+    q, k, v = xs @ q_w, xs @ k_w, xs @ v_w
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q_w.shape[1])
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return torch.tensor(e / e.sum(axis=-1, keepdims=True) @ v, dtype=x.dtype)
 
 
 def sa_manual_softmax(x, w_q, w_k, w_v):
@@ -114,6 +129,13 @@ def sa_weights_times_x(x, w_q, w_k, w_v):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(w_q.shape[1]), -1) @ x
 
 
+def sa_scales_w_q_in_place(x, w_q, w_k, w_v):
+    """Right output, but the caller's w_q is divided by sqrt(d_k) for good."""
+    w_q /= math.sqrt(w_q.shape[1])
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+
+
 def sa_always_float32(x, w_q, w_k, w_v):
     return sa_softmax(x.float(), w_q.float(), w_k.float(), w_v.float())
 
@@ -134,9 +156,14 @@ def perm_loop(perm):
     return p
 
 
-def perm_one_hot_float64(perm):
+def perm_one_hot(perm):
     perm = torch.as_tensor(perm, dtype=torch.long)
-    return torch.nn.functional.one_hot(perm, len(perm)).double()
+    return torch.nn.functional.one_hot(perm, len(perm)).float()
+
+
+def perm_numpy(perm):
+    p = np.asarray(perm)
+    return torch.from_numpy(np.eye(len(p), dtype=np.float32)[p])
 
 
 def perm_scatter(perm):
@@ -166,6 +193,20 @@ def perm_integer(perm):
     return torch.nn.functional.one_hot(perm, len(perm))
 
 
+def perm_one_hot_float64(perm):
+    """Right entries, but a float64 P cannot multiply the float32 x of the task."""
+    perm = torch.as_tensor(perm, dtype=torch.long)
+    return torch.nn.functional.one_hot(perm, len(perm)).double()
+
+
+def perm_sorts_its_list(perm):
+    """Right matrix, but list.sort() reorders the caller's permutation."""
+    p = perm_loop(perm)
+    if isinstance(perm, list):
+        perm.sort()
+    return p
+
+
 def perm_vector(perm):
     return torch.as_tensor(perm, dtype=torch.float32)
 
@@ -190,9 +231,10 @@ def perm_imported_from_library(perm):
 
 
 CORRECT = {
-    "self_attention": [sa_softmax, sa_loops, sa_einsum_float64, sa_manual_softmax],
-    "permutation_matrix": [perm_eye_rows, perm_loop, perm_one_hot_float64,
-                           perm_scatter],
+    "self_attention": [sa_softmax, sa_loops, sa_einsum_float64, sa_manual_softmax,
+                       sa_torch_sdpa, sa_numpy],
+    "permutation_matrix": [perm_eye_rows, perm_loop, perm_one_hot, perm_scatter,
+                           perm_numpy],
 }
 
 WRONG = {
@@ -207,6 +249,7 @@ WRONG = {
         (sa_returns_weights, "attention-weight matrix", True),
         (sa_weights_times_x, "multiply x instead of the values", True),
         (sa_always_float32, "should keep the dtype of x", False),
+        (sa_scales_w_q_in_place, "changed its input w_q in place", True),
     ],
     "permutation_matrix": [
         (perm_transposed, "transposed matrix (the inverse permutation)", True),
@@ -214,6 +257,8 @@ WRONG = {
         (perm_identity, "identity matrix", True),
         (perm_integer, "should be a floating-point tensor", True),
         (perm_vector, "returned a vector", True),
+        (perm_one_hot_float64, "the task asks for torch.float32: P @ x fails", True),
+        (perm_sorts_its_list, "changed its input perm in place", True),
     ],
 }
 

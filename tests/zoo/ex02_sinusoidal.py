@@ -179,8 +179,53 @@ def ids_imported_from_library(mask):
     return position_ids_from_attention_mask(mask)
 
 
+# --- found by the red team: correct styles and bugs the first graders missed
+
+
+def pe_numpy_float64(max_len, d_model):
+    """NumPy inside, handed back as a float64 tensor (accepted: float64 is allowed)."""
+    pos = np.arange(max_len)[:, None]
+    angles = pos / 10000 ** (np.arange(0, d_model, 2)[None, :] / d_model)
+    pe = np.zeros((max_len, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angles), np.cos(angles)
+    return torch.tensor(pe)
+
+
+def pe_bfloat16_positions(max_len, d_model):
+    """Positions rounded through bfloat16: exact only up to 256, so the public and
+    the short hidden tables pass and a long table does not."""
+    omega = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(1e4) / d_model))
+    pos = torch.arange(max_len, dtype=torch.bfloat16).float()[:, None]
+    return torch.stack((torch.sin(pos * omega), torch.cos(pos * omega)), -1).flatten(-2)
+
+
+def pe_half(max_len, d_model):
+    return pe_exp_log(max_len, d_model).half()
+
+
+def ids_since_first_real_token(mask):
+    """Slots counted from the first real token: right for left and right padding,
+    wrong as soon as padding sits between real tokens."""
+    m = mask.long()
+    first = m.argmax(dim=-1, keepdim=True)  # (batch, 1)
+    return (torch.arange(m.shape[-1]) - first).clamp(min=0) * m
+
+
+def ids_into_the_mask(mask):
+    """Right ids, written into the caller's (integer) mask."""
+    if mask.dtype == torch.bool:
+        return ids_cumsum(mask)
+    ids = (mask.cumsum(dim=-1) - 1) * mask
+    return mask.copy_(ids)
+
+
+def ids_int8(mask):
+    """Right ids for short rows, but int8 wraps around beyond 127 tokens."""
+    return ids_cumsum(mask).to(torch.int8)
+
+
 CORRECT = {
-    "sinusoidal_encoding": [pe_exp_log, pe_loops_float64, pe_stack],
+    "sinusoidal_encoding": [pe_exp_log, pe_loops_float64, pe_stack, pe_numpy_float64],
     "position_ids_from_attention_mask": [ids_cumsum, ids_loops, ids_where_int32],
 }
 
@@ -194,6 +239,8 @@ WRONG = {
         (pe_positions_from_one, "the positions start at 1", True),
         (pe_base_1000, "wrong entr", True),
         (pe_numpy, "should return a torch.Tensor", True),
+        (pe_bfloat16_positions, "sinusoidal_encoding(1100, 8) has", False),
+        (pe_half, "too coarse for these numbers", True),
     ],
     "position_ids_from_attention_mask": [
         (ids_arange_times_mask, "only works for right padding", True),
@@ -204,6 +251,9 @@ WRONG = {
         (ids_hugging_face, "padding gets position 1", True),
         (ids_ignore_mask, "the mask is ignored", True),
         (ids_float, "should hold integers", True),
+        (ids_since_first_real_token, "padding in between included", False),
+        (ids_into_the_mask, "changed its input mask in place", True),
+        (ids_int8, "should be a torch.long tensor, got torch.int8", True),
     ],
 }
 
