@@ -103,7 +103,10 @@ def _check_offset(offset_matrix: Callable, k: int, d_model: int) -> torch.Tensor
     call = f"offset_matrix({k}, {d_model})"
     got = call_student(offset_matrix, k, d_model, call=call)
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes,
-                 dtype="float")
+                 dtype=torch.float32,
+                 dtype_reason="M @ pe[p] fails for the float32 rows of a sinusoidal "
+                              "table unless M is float32 too (torch does not mix "
+                              "dtypes in a matrix product)")
     return got
 
 
@@ -192,14 +195,23 @@ def _dot_mistakes(p: int, q: int) -> list[tuple[float, str]]:
 
 
 def _as_number(name: str, value: object) -> float:
-    """A Python number from an int, float, one-element tensor or NumPy scalar."""
+    """A Python number from an int, float, one-element tensor, NumPy scalar, or any
+    other real number (a sympy expression, a Fraction)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     elif hasattr(value, "item") and not isinstance(value, torch.Tensor | str):
         value = value.item()  # NumPy scalar
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool | str | bytes | torch.Tensor) or not hasattr(
+        value, "__float__"
+    ):
         raise CheckFailed(f"{name} should be a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:  # e.g. a sympy expression with a symbol
+        raise CheckFailed(f"{name} should be a number, got {value!r}") from exc
+    if math.isnan(number) or math.isinf(number):
+        raise CheckFailed(f"{name} should be a finite number, got {number}")
+    return number
 
 
 def _check_dot(name: str, value: float, expected: float) -> None:

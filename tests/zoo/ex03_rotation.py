@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import sympy
 import torch
 
 import course_lib
@@ -38,6 +39,10 @@ def offset_block_diag_float64(k, d_model):
     blocks = [torch.tensor(_block(k / 10000 ** (2 * i / d_model)), dtype=torch.float64)
               for i in range(d_model // 2)]
     return torch.block_diag(*blocks)
+
+
+def offset_block_diag(k, d_model):
+    return offset_block_diag_float64(k, d_model).float()
 
 
 def offset_from_sympy_like_expansion(k, d_model):
@@ -84,6 +89,11 @@ def offset_identity(k, d_model):
     return torch.eye(d_model)
 
 
+def offset_absolute_k(k, d_model):
+    """Right for k >= 0; a negative shift rotates forwards."""
+    return offset_loops(abs(k), d_model)
+
+
 # --- calls the library
 
 
@@ -96,7 +106,7 @@ def offset_imported_from_library(k, d_model):
 
 
 CORRECT = {
-    "offset_matrix": [offset_loops, offset_block_diag_float64,
+    "offset_matrix": [offset_loops, offset_block_diag,
                       offset_from_sympy_like_expansion],
 }
 
@@ -108,6 +118,8 @@ WRONG = {
         (offset_i_not_2i, "it uses i instead of 2i", True),
         (offset_same_angle, "every block rotates by the same angle k", True),
         (offset_identity, "wrong entr", True),
+        (offset_block_diag_float64, "the task asks for torch.float32: M @ pe[p]", True),
+        (offset_absolute_k, "this is the transpose, the rotation by -k", False),
     ],
 }
 
@@ -132,6 +144,9 @@ HAND_CORRECT = [
      math.cos(5) + math.cos(0.05)),
     (1.540252, 1.540252, 1.282412),  # six decimals
     (torch.tensor(_dot(0, 1)), np.float64(_dot(5, 6)), torch.tensor([_dot(0, 5)])),
+    # exact expressions in sympy, and a NumPy 0-d array
+    (sympy.cos(1) + sympy.cos(sympy.Rational(1, 100)),
+     sympy.cos(-1) + sympy.cos(sympy.Rational(-1, 100)), np.array(_dot(0, 5))),
 ]
 
 HAND_WRONG = [
@@ -151,4 +166,6 @@ HAND_WRONG = [
     ((_dot(0, 1), _dot(5, 6), _dot(0, 5, (1.0, 1e-4))), "off by a factor of 2",
      False),
     ((_dot(0, 1), _dot(5, 6), "1.28"), "pe0_dot_pe5 should be a number", True),
+    ((sympy.Symbol("x"), _dot(5, 6), _dot(0, 5)), "pe0_dot_pe1 should be a number",
+     True),
 ]
