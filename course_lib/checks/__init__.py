@@ -11,6 +11,7 @@ from . import (
     ex07_transformer_xl,
     ex08_da,
     ex09_bug_zoo,
+    ex10_lab,
 )
 from ._core import CheckFailed
 from .ex01_permutation import *  # noqa: F403
@@ -22,6 +23,7 @@ from .ex06_relative import *  # noqa: F403
 from .ex07_transformer_xl import *  # noqa: F403
 from .ex08_da import *  # noqa: F403
 from .ex09_bug_zoo import *  # noqa: F403
+from .ex10_lab import *  # noqa: F403
 
 __all__ = [
     "CheckFailed",
@@ -34,4 +36,5 @@ __all__ = [
     *ex07_transformer_xl.__all__,
     *ex08_da.__all__,
     *ex09_bug_zoo.__all__,
+    *ex10_lab.__all__,
 ]
