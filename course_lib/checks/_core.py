@@ -339,8 +339,8 @@ def expect_close(
         )
     if exact is not None and got.dtype != exact:
         raise CheckFailed(
-            f"{what} has the right values, but its dtype is {got.dtype}; the task "
-            f"asks for {exact}" + (f": {dtype_reason}" if dtype_reason else "")
+            f"{what} has the right values, but its dtype is {got.dtype} instead of "
+            f"{exact}" + (f"; {dtype_reason}" if dtype_reason else "")
         )
 
 

@@ -194,8 +194,8 @@ def _check_perm(permutation_matrix: Callable, perm: list[int], as_tensor: bool) 
 
 
 _FLOAT32_REASON = (
-    "P @ x fails for a float32 x unless P is float32 too (torch does not mix "
-    "dtypes in a matrix product)"
+    "the task asks for float32 because P @ x fails for a float32 x unless P is "
+    "float32 too (torch does not mix dtypes in a matrix product)"
 )
 
 

@@ -104,9 +104,10 @@ def _check_offset(offset_matrix: Callable, k: int, d_model: int) -> torch.Tensor
     got = call_student(offset_matrix, k, d_model, call=call)
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes,
                  dtype=torch.float32,
-                 dtype_reason="M @ pe[p] fails for the float32 rows of a sinusoidal "
-                              "table unless M is float32 too (torch does not mix "
-                              "dtypes in a matrix product)")
+                 dtype_reason="the task asks for float32 because M @ pe[p] fails "
+                              "for the float32 rows of a sinusoidal table unless M "
+                              "is float32 too (torch does not mix dtypes in a "
+                              "matrix product)")
     return got
 
 

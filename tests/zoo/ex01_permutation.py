@@ -257,7 +257,8 @@ WRONG = {
         (perm_identity, "identity matrix", True),
         (perm_integer, "should be a floating-point tensor", True),
         (perm_vector, "returned a vector", True),
-        (perm_one_hot_float64, "the task asks for torch.float32: P @ x fails", True),
+        (perm_one_hot_float64, "instead of torch.float32; the task asks for float32",
+         True),
         (perm_sorts_its_list, "changed its input perm in place", True),
     ],
 }

@@ -118,7 +118,8 @@ WRONG = {
         (offset_i_not_2i, "it uses i instead of 2i", True),
         (offset_same_angle, "every block rotates by the same angle k", True),
         (offset_identity, "wrong entr", True),
-        (offset_block_diag_float64, "the task asks for torch.float32: M @ pe[p]", True),
+        (offset_block_diag_float64,
+         "instead of torch.float32; the task asks for float32", True),
         (offset_absolute_k, "this is the transpose, the rotation by -k", False),
     ],
 }

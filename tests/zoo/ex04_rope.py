@@ -217,10 +217,64 @@ def perm_imported_from_library(head_dim):
     return interleaved_to_half_permutation(head_dim)
 
 
+# --- found by the red team: correct styles and bugs the first graders missed
+
+
+def rope_float32_recipe(x, positions):
+    """The common float32 recipe (inverse frequencies, angles in float32)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    angles = positions[:, None].float() * inv_freq  # (seq, d/2)
+    cos, sin = angles.cos(), angles.sin()
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+    return out
+
+
+def rope_float64_output(x, positions):
+    """Right values, but float64 angles promote a float32 x to float64."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions.double()[:, None] * theta  # (seq, d/2), float64
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angles.cos() - b * angles.sin(),
+                        a * angles.sin() + b * angles.cos()), -1).flatten(-2)
+
+
+def rope_bfloat16_positions(x, positions):
+    """Positions rounded through bfloat16: exact up to 256 only (the public and the
+    short hidden cases pass, a long KV cache does not)."""
+    return rope_float32_recipe(x, positions.to(torch.bfloat16).long())
+
+
+def rope_cache_of_2048(x, positions):
+    """Angles cached for 2048 positions and looked up (wraps around beyond)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    table = torch.arange(2048).float()[:, None] * inv_freq  # (2048, d/2)
+    angles = table[positions % 2048]  # (seq, d/2)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angles.cos() - b * angles.sin(),
+                        a * angles.sin() + b * angles.cos()), -1).flatten(-2)
+
+
+def rope_shifts_positions(x, positions):
+    """Right values, but the caller's positions are advanced in place."""
+    out = rope_float32_recipe(x, positions)
+    positions += 1
+    return out
+
+
+def perm_int8(head_dim):
+    """Right for small heads; int8 wraps around beyond 127."""
+    return perm_cat(head_dim).to(torch.int8)
+
+
 CORRECT = {
     "rope_frequencies": [freq_inverse_power, freq_exp_log, freq_list_float64],
     "apply_rope": [rope_stack, rope_complex, rope_loops,
-                   rope_rotation_matrices_float32],
+                   rope_rotation_matrices_float32, rope_float32_recipe],
     "interleaved_to_half_permutation": [perm_cat, perm_sort_by_parity,
                                         perm_list_int32],
 }
@@ -242,12 +296,18 @@ WRONG = {
         (rope_doubled_exponent, "off by a factor of 2 (2 * 2i)", True),
         (rope_in_place, "changed its input x in place", True),
         (rope_sin_times_x, "the sine term must multiply the rotated partner", True),
+        (rope_float64_output, "instead of torch.float32; the task asks for the dtype "
+                              "of x", True),
+        (rope_bfloat16_positions, "4095, 4096, 5000] has", False),
+        (rope_cache_of_2048, "4095, 4096, 5000] has", False),
+        (rope_shifts_positions, "changed its input positions in place", True),
     ],
     "interleaved_to_half_permutation": [
         (perm_inverse, "inverse permutation", True),
         (perm_odds_first, "odds first", True),
         (perm_identity, "this is the identity", True),
         (perm_float, "should hold integers", True),
+        (perm_int8, "should be a torch.long tensor, got torch.int8", True),
     ],
 }
 
