@@ -111,6 +111,7 @@ def check_notebook(
             kernel_name=kernel,
             allow_errors=True,
             interrupt_on_timeout=True,
+            shutdown_kernel="immediate",
             kernel_manager_class=GradingKernelManager,
             resources={"metadata": {"path": str(path.parent)}},
         )
