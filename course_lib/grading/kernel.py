@@ -118,6 +118,30 @@ class KernelLauncher:
         """One line for logs and reports: how kernels are confined."""
         return "no limits"
 
+    # Hooks around one kernel's life (a sandbox needs them; the defaults do nothing).
+
+    def prepare(self, manager: GradingKernelManager, context: KernelContext) -> None:
+        """Adjust ``manager`` before its connection file is written (transport,
+        connection file location)."""
+
+    def wrap_for(
+        self,
+        manager: GradingKernelManager,
+        command: list[str],
+        context: KernelContext,
+    ) -> list[str]:
+        """:meth:`wrap`, told which manager (and so which working directory,
+        ``manager.launch_cwd``) the command is for."""
+        return self.wrap(command, context)
+
+    def after_launch(
+        self, manager: GradingKernelManager, process: object, context: KernelContext
+    ) -> None:
+        """Called once the kernel's process is started, before clients connect."""
+
+    def cleanup(self, manager: GradingKernelManager, context: KernelContext) -> None:
+        """Release what :meth:`prepare` and :meth:`wrap_for` made for ``manager``."""
+
 
 class RlimitLauncher(KernelLauncher):
     """Start the kernel through ``_rlimit_exec.py``: ``RLIMIT_AS`` = the memory limit,
@@ -217,12 +241,25 @@ class GradingKernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` whose kernel command goes through the launcher of the
     current :class:`KernelContext`, and which reports each kernel it starts."""
 
+    _grading_context: KernelContext | None = None
+
+    @property
+    def launch_cwd(self) -> str | None:
+        """The working directory the kernel is started in (``None``: this one)."""
+        return (getattr(self, "_launch_args", None) or {}).get("cwd")
+
+    async def _async_pre_start_kernel(self, **kw):
+        context = self._grading_context = _current
+        if context is not None:
+            context.launcher.prepare(self, context)
+        return await super()._async_pre_start_kernel(**kw)
+
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         command = super().format_kernel_cmd(extra_arguments)
         context = _current
         if context is None:
             return command
-        return context.launcher.wrap(command, context)
+        return context.launcher.wrap_for(self, command, context)
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
         await super()._async_launch_kernel(kernel_cmd, **kw)
@@ -230,3 +267,13 @@ class GradingKernelManager(AsyncKernelManager):
         process = getattr(self.provisioner, "process", None)
         if context is not None and process is not None:
             context.register(process)
+            context.launcher.after_launch(self, process, context)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart)
+        context = self._grading_context
+        if context is not None and not restart:
+            context.launcher.cleanup(self, context)
+
+    # AsyncKernelManager binds the base class's coroutine to this name directly.
+    cleanup_resources = _async_cleanup_resources

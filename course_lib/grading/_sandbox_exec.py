@@ -1,0 +1,185 @@
+"""The two small steps around bubblewrap that start a sandboxed grading kernel.
+
+Standard library only (run as ``python -I -S``, so each step starts in milliseconds).
+:class:`course_lib.grading.sandbox.SandboxLauncher` builds the whole command line; this
+script only does what bubblewrap cannot:
+
+``outer SPEC``, run by Jupyter in place of the kernel, on the host:
+
+1. When it runs as root, the bind sources (the Python installation may sit in a
+   home folder that only root can enter) are first bind-mounted, in a private mount
+   namespace that nobody else sees, under one small staging folder; then it drops to
+   the unprivileged sandbox user. Running as a user other than root is what makes
+   ``RLIMIT_NPROC`` count (the kernel exempts root from it).
+2. It opens the file bubblewrap reports the sandbox's process id into, starts a
+   reader that passes at most a few KiB of the kernel's raw stdout/stderr on to the
+   grading log (the rest is dropped: a student cannot fill the disk through it),
+   ignores SIGINT (Jupyter interrupts a cell by signalling the whole process group;
+   bubblewrap itself must survive that, only the kernel is meant to get it), and
+   becomes ``bwrap``.
+
+``inner AS CPU NPROC FSIZE NOFILE -- COMMAND...``, run by bubblewrap inside the
+sandbox: sets the resource limits (``RLIMIT_NPROC`` only now, inside the sandbox's own
+user namespace, so that one sandbox's processes never count against another's) and
+becomes the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+
+# Bytes of the kernel's raw stdout/stderr passed on to the grading log.
+_LOG_BYTES = 16 << 10
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
+    libc.unshare.argtypes = [ctypes.c_int]
+    return libc
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _stage(stage: dict) -> None:
+    """Bind every ``[source, name]`` of ``stage["mounts"]`` at ``stage["root"]/name``
+    in a new private mount namespace (a small tmpfs holds the mount points)."""
+    libc = _libc()
+    _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    root = stage["root"]
+    os.makedirs(root, exist_ok=True)
+    _check(
+        libc.mount(
+            b"tmpfs",
+            root.encode(),
+            b"tmpfs",
+            _MS_NOSUID | _MS_NODEV,
+            b"mode=0711,size=1m",
+        ),
+        f"mount tmpfs on {root}",
+    )
+    for source, name in stage["mounts"]:
+        target = os.path.join(root, name)
+        if os.path.isdir(source):
+            os.mkdir(target, 0o711)
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
+        _check(
+            libc.mount(
+                source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None
+            ),
+            f"bind {source}",
+        )
+
+
+def _drop(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise OSError(f"could not become user {uid}")
+
+
+def _log_reader() -> int:
+    """Fork a process that copies the first bytes written to the returned pipe to
+    this process's stderr and discards the rest; return the pipe's write end."""
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        os.close(write_end)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        left = _LOG_BYTES
+        try:
+            while True:
+                chunk = os.read(read_end, 65536)
+                if not chunk:
+                    break
+                if left > 0:
+                    os.write(2, chunk[:left])
+                    left -= len(chunk)
+                    if left <= 0:
+                        os.write(2, b"\n[kernel output beyond this point dropped]\n")
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    return write_end
+
+
+def outer(spec_path: str) -> None:
+    """Stage, drop privileges, and become bubblewrap (see the module docstring)."""
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    os.umask(0o077)
+    if spec.get("stage"):
+        _stage(spec["stage"])
+    info_fd = os.open(spec["info_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    drop = spec.get("drop")
+    if drop:
+        _drop(int(drop["uid"]), int(drop["gid"]))
+    log_fd = _log_reader()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.set_inheritable(info_fd, True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    argv = [a.replace("{info_fd}", str(info_fd)) for a in spec["argv"]]
+    os.execv(argv[0], argv)
+
+
+def _set(limit: int, value: int) -> None:
+    if value > 0:
+        resource.setrlimit(limit, (value, value))
+
+
+def inner(argv: list[str]) -> None:
+    """Apply ``argv = [AS, CPU, NPROC, FSIZE, NOFILE, "--", *command]`` (0 = keep
+    the current limit) and become the command."""
+    if len(argv) < 7 or argv[5] != "--":
+        sys.exit("usage: _sandbox_exec.py inner AS CPU NPROC FSIZE NOFILE -- CMD...")
+    address_space, cpu, nproc, fsize, nofile = (int(a) for a in argv[:5])
+    _set(resource.RLIMIT_AS, address_space)
+    if cpu > 0:
+        # SIGXCPU at the soft limit; SIGKILL a second later should it be ignored.
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    _set(resource.RLIMIT_NPROC, nproc)
+    _set(resource.RLIMIT_FSIZE, fsize)
+    _set(resource.RLIMIT_NOFILE, nofile)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    command = argv[6:]
+    os.execv(command[0], command)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["outer"] and len(argv) == 2:
+        outer(argv[1])
+    elif argv[:1] == ["inner"]:
+        inner(argv[1:])
+    else:
+        sys.exit("usage: _sandbox_exec.py outer SPEC | inner AS CPU NPROC ... -- CMD")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,541 @@
+"""Run every grading kernel in a sandbox built from bubblewrap and Linux namespaces.
+
+nbgrader runs a student's notebook in a Jupyter kernel with the grader's permissions,
+next to the solutions, the gradebook and the other students' work. With
+:class:`SandboxLauncher` each kernel runs instead in a ``bwrap`` sandbox:
+
+* **own namespaces**: user, mount, PID, network, IPC, UTS and cgroup. The network
+  namespace has only its own loopback: no connection reaches the host or anything
+  else. In the PID namespace the kernel sees only its own processes: it can neither
+  signal the grader nor survive the sandbox (when the sandbox's first process dies,
+  the kernel kills every process left in the namespace).
+* **file system**: read-only binds of what Python needs and nothing else (``/usr``,
+  the Python installation, the virtual environment, the ``course_lib`` package);
+  writable, size-limited tmpfs mounts for ``/tmp``, ``/dev/shm`` and the working
+  directory (where the submission's files are bound read-only); a generated
+  ``/etc/passwd``. The course folder, the solutions, the gradebook, the other
+  submissions and the home folder do not exist inside. Nothing the kernel writes
+  reaches the host's disk.
+* **Jupyter's sockets**: the kernel listens on Unix sockets (``transport="ipc"``) in
+  a tmpfs inside the sandbox, which the grader reaches through
+  ``/proc/<pid>/root/...``; TCP would need the host's network.
+* **limits**: memory (``RLIMIT_AS``), CPU time (``RLIMIT_CPU``), processes and
+  threads (``RLIMIT_NPROC``, set inside the sandbox's user namespace, so sandboxes
+  never count against each other), file size, open files; the wall time is enforced
+  from outside by :class:`~course_lib.grading.kernel.KernelContext`. When the grader
+  runs as root, the sandbox runs as an unprivileged user (``nobody`` by default):
+  Linux does not apply ``RLIMIT_NPROC`` to root.
+* the environment is cleared (no instructor variables, tokens or database URLs
+  reach the kernel).
+
+:func:`sandbox_problem` says in one sentence why the sandbox cannot be built on this
+machine (``None`` when it can); ``course autograde`` refuses to grade without the
+sandbox unless told ``--unsafe-no-sandbox``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .kernel import KernelContext, KernelLauncher, format_bytes
+
+__all__ = [
+    "SandboxError",
+    "SandboxLauncher",
+    "SandboxSettings",
+    "sandbox_problem",
+]
+
+_EXEC_SCRIPT = Path(__file__).with_name("_sandbox_exec.py")
+# Inside the sandbox: Jupyter's Unix sockets and the connection file.
+_RUN_DIR = "/run/kernel"
+_IPC_PREFIX = f"{_RUN_DIR}/ipc"
+_CONNECTION_FILE = f"{_RUN_DIR}/connection.json"
+_HOME = "/tmp/home"
+_NOBODY = 65534
+# Variables passed from the grader's environment to the kernel (all others are
+# cleared): thread counts and plotting set-up, nothing secret.
+_PASSED_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MPLBACKEND",
+    "PYDEVD_DISABLE_FILE_VALIDATION",
+    "PYTHONHASHSEED",
+    "TZ",
+)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be built here; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """What a sandboxed kernel gets besides the :class:`KernelLimits`.
+
+    ``max_processes``: processes and threads of the whole sandbox (``RLIMIT_NPROC``;
+    a Python kernel with torch uses about 15). ``scratch_bytes``: size of each
+    writable tmpfs (``/tmp`` and the working directory; also the largest file).
+    ``shm_bytes``: size of ``/dev/shm``. ``user``: the (uid, gid) the sandbox runs as
+    when the grader is root. ``bwrap``: the bubblewrap program (default: found on
+    ``PATH``). ``protected``: folders that must never be visible inside (the course
+    folder); building a sandbox that would bind one of them or a folder above one
+    fails. ``extra_ro_binds``: more host paths to bind read-only (data sets).
+    """
+
+    max_processes: int = 64
+    scratch_bytes: int = 256 << 20
+    shm_bytes: int = 64 << 20
+    max_open_files: int = 1024
+    user: tuple[int, int] = (_NOBODY, _NOBODY)
+    bwrap: str | None = None
+    protected: tuple[str, ...] = ()
+    extra_ro_binds: tuple[str, ...] = ()
+
+
+@dataclass
+class _Kernel:
+    """The host-side state of one sandboxed kernel."""
+
+    folder: Path
+    info_file: Path
+    launched: bool = False
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _within(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _python_roots() -> list[str]:
+    """The folders the kernel's Python needs: installation, environment, the
+    ``course_lib`` package (an editable install lives outside the environment)."""
+    import course_lib
+
+    roots = {
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+        os.path.dirname(os.path.realpath(course_lib.__file__)),
+    }
+    out: list[str] = []
+    for root in sorted(os.path.realpath(r) for r in roots):
+        if root == "/" or not os.path.isdir(root):
+            continue
+        if _within(root, "/usr") or any(_within(root, kept) for kept in out):
+            continue
+        out.append(root)
+    # The environment's own path (a symlink, or a copy that `python -m venv` links
+    # back to the installation) must exist too, as the kernel is started through it.
+    for path in (sys.prefix, os.path.dirname(sys.executable)):
+        if not any(_within(os.path.realpath(path), r) for r in out + ["/usr"]):
+            out.append(os.path.realpath(path))
+    return out
+
+
+def _etc_files(folder: Path, uid: int, gid: int) -> dict[str, Path]:
+    """A minimal ``/etc``: the sandbox user, its group, localhost."""
+    files = {
+        "passwd": f"root:x:0:0::/root:/usr/sbin/nologin\n"
+        f"student:x:{uid}:{gid}::{_HOME}:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nstudent:x:{gid}:\n",
+        "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    }
+    out = {}
+    for name, text in files.items():
+        path = folder / f"etc-{name}"
+        path.write_text(text)
+        path.chmod(0o644)
+        out[f"/etc/{name}"] = path
+    return out
+
+
+class SandboxLauncher(KernelLauncher):
+    """Start each grading kernel inside a bubblewrap sandbox (see the module
+    docstring); the :class:`~course_lib.grading.kernel.KernelLimits` of the context
+    apply inside, plus :class:`SandboxSettings`."""
+
+    def __init__(self, settings: SandboxSettings | None = None) -> None:
+        self.settings = settings or SandboxSettings()
+        self._kernels: dict[int, _Kernel] = {}
+        self._base: dict[int, Path] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["settings"])
+
+    # ---------------------------------------------------------------- set-up
+
+    def bwrap_path(self) -> str:
+        path = self.settings.bwrap or shutil.which("bwrap")
+        if not path:
+            raise SandboxError(
+                "bubblewrap (the `bwrap` program) is not installed; install it with "
+                "`apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install "
+                "bubblewrap` (Fedora)"
+            )
+        return path
+
+    def _uid_gid(self) -> tuple[int, int]:
+        return self.settings.user if _is_root() else (os.getuid(), os.getgid())
+
+    def _base_dir(self) -> Path:
+        """A folder of this process for the kernels' host-side files; others may
+        pass through it (mode 0711) but not list it."""
+        pid = os.getpid()
+        with self._lock:
+            base = self._base.get(pid)
+            if base is None or not base.is_dir():
+                base = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+                base.chmod(0o711)
+                self._base[pid] = base
+            return base
+
+    def ro_binds(self) -> list[str]:
+        """Host paths bound read-only (besides ``/usr`` and the files made for the
+        kernel), after checking that none of them exposes a protected folder."""
+        binds = _python_roots() + [
+            os.path.realpath(p) for p in self.settings.extra_ro_binds
+        ]
+        for path in binds:
+            for protected in self.settings.protected:
+                if _within(protected, path):
+                    raise SandboxError(
+                        f"the sandbox would have to show {path} to student code, "
+                        f"and that contains {protected}; move the Python environment "
+                        "or course_lib out of the course folder's parents"
+                    )
+        return binds
+
+    # ------------------------------------------------------ the kernel hooks
+
+    def prepare(self, manager, context: KernelContext) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="kernel-", dir=self._base_dir()))
+        folder.chmod(0o711)
+        state = _Kernel(folder=folder, info_file=folder / "bwrap-info.json")
+        with self._lock:
+            self._kernels[id(manager)] = state
+        manager.transport = "ipc"
+        manager.ip = _IPC_PREFIX
+        manager.connection_file = str(folder / "connection.json")
+
+    def wrap_for(
+        self, manager, command: list[str], context: KernelContext
+    ) -> list[str]:
+        state = self._kernels.get(id(manager))
+        if state is None:  # started outside prepare(): nothing to confine it with
+            raise SandboxError("the sandbox was not prepared for this kernel")
+        connection = Path(manager.connection_file)
+        command = [_CONNECTION_FILE if a == str(connection) else a for a in command]
+        uid, gid = self._uid_gid()
+        if _is_root():
+            os.chown(connection, uid, gid)
+        connection.chmod(0o400)
+        cwd = os.path.realpath(manager.launch_cwd or os.getcwd())
+        spec = self._spec(state, command, context, cwd, connection)
+        spec_path = state.folder / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        spec_path.chmod(0o600)
+        return [sys.executable, "-I", "-S", str(_EXEC_SCRIPT), "outer", str(spec_path)]
+
+    def after_launch(self, manager, process, context: KernelContext) -> None:
+        state = self._kernels.get(id(manager))
+        if state is None:
+            return
+        pid = self._sandbox_pid(state, process)
+        if pid is not None:
+            # The kernel's sockets live in the sandbox's own /run; its first process
+            # shows that file system under /proc/<pid>/root.
+            manager.ip = f"/proc/{pid}/root{_IPC_PREFIX}"
+        state.launched = True
+
+    def cleanup(self, manager, context: KernelContext) -> None:
+        with self._lock:
+            state = self._kernels.pop(id(manager), None)
+        if state is not None:
+            shutil.rmtree(state.folder, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                state.folder.parent.rmdir()  # only when no other kernel uses it
+
+    def describe(self, context: KernelContext) -> str:
+        limits, s = context.limits, self.settings
+        wall = "none" if limits.wall_seconds is None else f"{limits.wall_seconds:g} s"
+        who = f"uid {self._uid_gid()[0]}"
+        return (
+            f"bubblewrap sandbox ({who}, no network, read-only Python, private "
+            f"tmpfs of {format_bytes(s.scratch_bytes)}), memory "
+            f"{format_bytes(limits.memory)} (RLIMIT_AS), wall time {wall}, CPU time "
+            f"{limits.effective_cpu_seconds or 'unlimited'} s, at most "
+            f"{s.max_processes} processes"
+        )
+
+    # ------------------------------------------------------------ internals
+
+    @staticmethod
+    def _sandbox_pid(state: _Kernel, process, timeout: float = 30.0) -> int | None:
+        """The host PID of the sandbox's first process, from bubblewrap's
+        ``--info-fd`` report (``None`` if bubblewrap exited before writing it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                info = json.loads(state.info_file.read_text())
+                return int(info["child-pid"])
+            poll = getattr(process, "poll", None)
+            if poll is not None and poll() is not None:
+                return None
+            time.sleep(0.005)
+        return None
+
+    def _spec(
+        self,
+        state: _Kernel,
+        command: list[str],
+        context: KernelContext,
+        cwd: str,
+        connection: Path,
+    ) -> dict:
+        s, limits = self.settings, context.limits
+        uid, gid = self._uid_gid()
+        root = _is_root()
+        stage_root = state.folder / "stage"
+        mounts: list[list[str]] = []
+
+        def source(path: str | Path) -> str:
+            """The path bubblewrap binds ``path`` from: as root, its staged copy."""
+            if not root:
+                return str(path)
+            name = str(len(mounts))
+            mounts.append([str(path), name])
+            return str(stage_root / name)
+
+        argv = [
+            self.bwrap_path(),
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--info-fd",
+            "{info_fd}",
+            "--hostname",
+            "grading",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = f"/{name}"
+            if os.path.islink(host):
+                argv += ["--symlink", os.readlink(host), host]
+            elif os.path.isdir(host):
+                argv += ["--ro-bind", host, host]
+        for path in self.ro_binds():
+            argv += ["--ro-bind", source(path), path]
+        for dest, path in _etc_files(state.folder, uid, gid).items():
+            argv += ["--ro-bind", source(path), dest]
+        argv += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(s.shm_bytes),
+            "--tmpfs",
+            "/dev/shm",
+            "--size",
+            str(s.scratch_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--dir",
+            _HOME,
+            "--size",
+            str(1 << 20),
+            "--tmpfs",
+            "/run",
+            "--dir",
+            _RUN_DIR,
+            "--ro-bind",
+            source(connection),
+            _CONNECTION_FILE,
+        ]
+        # The working directory: a private tmpfs showing the submission's files
+        # read-only; whatever the kernel writes there stays in memory.
+        argv += ["--size", str(s.scratch_bytes), "--tmpfs", cwd]
+        with os.scandir(cwd) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                path = os.path.join(cwd, entry.name)
+                argv += ["--ro-bind", source(path), path]
+        argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
+        argv += ["--clearenv"]
+        env = {
+            "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": _HOME,
+            "USER": "student",
+            "LOGNAME": "student",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": f"{_HOME}/.config/matplotlib",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        env.update({k: os.environ[k] for k in _PASSED_ENV if k in os.environ})
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv += ["--chdir", cwd, "--"]
+        argv += [
+            sys.executable,
+            "-I",
+            "-S",
+            str(_EXEC_SCRIPT),
+            "inner",
+            str(limits.memory or 0),
+            str(limits.effective_cpu_seconds or 0),
+            str(s.max_processes),
+            str(s.scratch_bytes),
+            str(s.max_open_files),
+            "--",
+            *command,
+        ]
+        return {
+            "argv": argv,
+            "info_file": str(state.info_file),
+            "stage": {"root": str(stage_root), "mounts": mounts} if root else None,
+            "drop": {"uid": uid, "gid": gid} if root else None,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# can the sandbox be built here?
+
+_PROBE = """\
+import os, socket, sys
+problems = []
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
+    problems.append("it reached the host's network")
+except OSError:
+    pass
+if os.path.exists(sys.argv[2]):
+    problems.append("it could see " + sys.argv[2])
+if problems:
+    sys.exit("; ".join(problems))
+"""
+
+
+@dataclass
+class _ProbeResult:
+    problem: str | None
+    checked: float = field(default_factory=time.monotonic)
+
+
+_probe_cache: dict[tuple, _ProbeResult] = {}
+
+
+def sandbox_problem(launcher: SandboxLauncher | None = None) -> str | None:
+    """Why no sandbox can be built on this machine, or ``None`` when one works.
+
+    Starts a tiny sandbox the way grading does (same binds, user and namespaces)
+    and checks from inside that the host's loopback network and a file of the host
+    are out of reach. The answer is cached per process and settings.
+    """
+    launcher = launcher or SandboxLauncher()
+    key = (launcher.settings, _is_root())
+    cached = _probe_cache.get(key)
+    if cached is not None:
+        return cached.problem
+    problem = _probe(launcher)
+    _probe_cache[key] = _ProbeResult(problem)
+    return problem
+
+
+def _probe(launcher: SandboxLauncher) -> str | None:
+    import socket
+
+    try:
+        launcher.bwrap_path()
+        launcher.ro_binds()
+    except SandboxError as exc:
+        return str(exc)
+    from .kernel import KernelLimits
+
+    context = KernelContext(limits=KernelLimits(memory=None, wall_seconds=60.0))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    with tempfile.TemporaryDirectory(prefix="course-sandbox-probe-") as tmp:
+        secret = Path(tmp) / "secret"
+        secret.write_text("not for the sandbox")
+        script = Path(tmp) / "work" / "probe.py"
+        script.parent.mkdir()
+        script.write_text(_PROBE)
+        script.chmod(0o644)
+        script.parent.chmod(0o755)
+
+        class _Manager:  # what the hooks read from a kernel manager
+            transport = "tcp"
+            ip = ""
+            connection_file = ""
+            launch_cwd = str(script.parent)
+
+        manager = _Manager()
+        launcher.prepare(manager, context)
+        Path(manager.connection_file).write_text("{}")
+        try:
+            command = launcher.wrap_for(
+                manager,
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(script),
+                    str(server.getsockname()[1]),
+                    str(secret),
+                ],
+                context,
+            )
+            try:
+                out = subprocess.run(
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    start_new_session=True,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"bubblewrap could not be started: {exc}"
+        finally:
+            launcher.cleanup(manager, context)
+            server.close()
+    # The kernel's output reaches the grader only through stderr (see
+    # _sandbox_exec.py); the probe exits non-zero, saying why, when it is not safe.
+    text = (out.stdout + out.stderr).strip()
+    if out.returncode != 0:
+        last = text.splitlines()[-1] if text else f"exit status {out.returncode}"
+        hint = ""
+        if "namespace" in text.lower() or "permission" in text.lower():
+            hint = (
+                " (unprivileged user namespaces may be disabled: "
+                "sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
+                "kernel.apparmor_restrict_unprivileged_userns=0)"
+            )
+        return f"a test sandbox failed: {last}{hint}"
+    return None
