@@ -445,3 +445,15 @@ def test_check_refuses_a_broken_file(tmp_path):
     plain = tmp_path / "plain.ipynb"
     plain.write_bytes(_nb_bytes("no checks here"))
     assert cli.main(["check", str(plain)]) == 2
+
+
+def test_regrading_depends_on_the_grader_and_what_it_imports():
+    from course_lib.grading.autograde import _grader_files
+
+    names = {p.name for p in _grader_files(A)}
+    assert {"ex05_alibi.py", "_core.py", "alibi.py"} <= names
+    assert "rope.py" not in names and "ex04_rope.py" not in names
+    bug_zoo = {p.name for p in _grader_files("ex09_bug_zoo")}
+    assert {"ex07_transformer_xl.py", "transformer_xl.py", "rope.py"} <= bug_zoo
+    everything = {p.name for p in _grader_files("ex99_unknown")}
+    assert {"rope.py", "alibi.py", "ex05_alibi.py"} <= everything

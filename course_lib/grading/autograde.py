@@ -153,15 +153,68 @@ def _hash_tree(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _grader_digest() -> str:
-    """A digest of the library and graders the hidden tests use: a change there
-    changes grades, so it makes a re-run regrade."""
+def _grader_files(assignment: str) -> list[Path]:
+    """The grader of ``assignment`` (``course_lib/checks/<assignment>.py``) and every
+    ``course_lib`` module it imports, directly or through others; all of
+    ``course_lib`` when there is no such grader."""
+    import ast
+
+    import course_lib
+
+    base = Path(course_lib.__file__).parent
+    start = base / "checks" / f"{assignment}.py"
+    if not start.is_file():
+        return sorted([*base.glob("*.py"), *(base / "checks").glob("*.py")])
+
+    def module_file(name: str) -> Path | None:
+        parts = name.split(".")[1:]
+        for candidate in (
+            base.joinpath(*parts).with_suffix(".py"),
+            base.joinpath(*parts, "__init__.py"),
+        ):
+            if parts and candidate.is_file():
+                return candidate
+        return None
+
+    seen: set[Path] = set()
+    todo = [start]
+    while todo:
+        file = todo.pop()
+        if file in seen:
+            continue
+        seen.add(file)
+        package = ".".join(["course_lib", *file.parent.relative_to(base).parts]).rstrip(
+            "."
+        )
+        for node in ast.walk(ast.parse(file.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    mod = ".".join([*anchor, *([node.module] if node.module else [])])
+                else:
+                    mod = node.module or ""
+                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for name in names:
+                if name.startswith("course_lib."):
+                    found = module_file(name)
+                    if found is not None:
+                        todo.append(found)
+    return sorted(seen)
+
+
+def _grader_digest(assignment: str) -> str:
+    """A digest of the grader and library code the hidden tests of ``assignment``
+    run: a change there changes grades, so it makes a re-run regrade."""
     import course_lib
 
     base = Path(course_lib.__file__).parent
     digest = hashlib.sha256()
-    for file in sorted([*base.glob("*.py"), *(base / "checks").glob("*.py")]):
-        digest.update(file.name.encode())
+    for file in _grader_files(assignment):
+        digest.update(str(file.relative_to(base)).encode())
         digest.update(file.read_bytes())
     return digest.hexdigest()
 
@@ -528,7 +581,7 @@ def autograde(
             "\n".join(
                 [
                     *parts,
-                    _grader_digest(),
+                    _grader_digest(assignment),
                     repr(options.limits),
                     repr(timeout),
                     type(options.launcher).__qualname__,
