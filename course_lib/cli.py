@@ -184,6 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="regrade submissions already graded"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--max-processes",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="processes and threads per sandboxed kernel (default: 64)",
+    )
+    p.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="grade without the sandbox (student code then runs with your "
+        "permissions: it can read the solutions and change the gradebook)",
+    )
 
     p = sub.add_parser(
         "feedback",
@@ -271,19 +284,28 @@ def _cmd_autograde(args) -> int:
         limits_text,
         summary_lines,
     )
-    from .grading.kernel import KernelLimits
+    from .grading.kernel import KernelContext, KernelLimits
+    from .grading.sandbox import grading_launcher
 
+    course = _course(args)
     limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
+    launcher, warning = grading_launcher(
+        course, unsafe=args.unsafe_no_sandbox, max_processes=args.max_processes
+    )
+    if warning:
+        print(f"course autograde: warning: {warning}", file=sys.stderr)
     options = AutogradeOptions(
         jobs=args.jobs,
         limits=limits,
+        launcher=launcher,
         cell_timeout=args.cell_timeout,
         force=args.force,
         students=args.student,
         progress=not args.no_progress,
     )
-    summary = autograde(_course(args), args.assignment, options)
+    summary = autograde(course, args.assignment, options)
     print("\n".join(summary_lines(summary, limits_text(limits))))
+    print(f"kernels: {launcher.describe(KernelContext(limits=limits))}")
     return 0
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "SandboxError",
     "SandboxLauncher",
     "SandboxSettings",
+    "grading_launcher",
     "sandbox_problem",
 ]
 
@@ -539,3 +540,42 @@ def _probe(launcher: SandboxLauncher) -> str | None:
             )
         return f"a test sandbox failed: {last}{hint}"
     return None
+
+
+UNSAFE_WARNING = (
+    "grading WITHOUT a sandbox (--unsafe-no-sandbox): student code runs with your "
+    "permissions and can read the solutions, change the gradebook, use the network "
+    "and see other students' work"
+)
+
+
+def grading_launcher(
+    course, *, unsafe: bool = False, max_processes: int = 64
+) -> tuple[KernelLauncher, str | None]:
+    """The launcher ``course autograde`` grades with, and a warning to show.
+
+    The sandbox unless ``unsafe``; when the sandbox cannot be built on this machine,
+    a :class:`~course_lib.grading.course.CourseError` that says why and names the
+    flag that grades without it.
+    """
+    from .course import CourseError
+    from .kernel import RlimitLauncher
+
+    if unsafe:
+        return RlimitLauncher(), UNSAFE_WARNING
+    protected = [str(course.root)]
+    url = str(course.gradebook_url)
+    if url.startswith("sqlite:///"):
+        protected.append(url.removeprefix("sqlite:///"))
+    launcher = SandboxLauncher(
+        SandboxSettings(max_processes=max_processes, protected=tuple(protected))
+    )
+    problem = sandbox_problem(launcher)
+    if problem is not None:
+        raise CourseError(
+            f"cannot build the sandbox that keeps student code away from the "
+            f"solutions, the gradebook and the network: {problem}. Fix that, or "
+            "grade without it with --unsafe-no-sandbox (student code then runs "
+            "with your permissions)"
+        )
+    return launcher, None
