@@ -372,3 +372,51 @@ def test_release_is_a_stub_that_fails_every_test_cell(assignment) -> None:
     # The hidden cells are empty in the release; nbgrader restores them at grading.
     assert all(_source(c).strip() == "" for c in cells
                if _nbgrader(c).get("grade_id", "").endswith("__hidden"))
+
+
+# --- the worked examples of the task cells
+
+
+def _solution_namespace(assignment: str) -> dict:
+    """The imports cell and every answer cell of the solution, run in one namespace."""
+    cells = _cells(ROOT / "solutions" / assignment / f"{assignment}.ipynb")
+    namespace: dict = {"__name__": "__main__"}
+    code = [c for c in cells if c["cell_type"] == "code"]
+    for cell in code:
+        if cell is code[0] or (_nbgrader(cell).get("solution") and not _nbgrader(
+                cell).get("grade")):
+            exec(compile(_source(cell), assignment, "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
+def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
+    """Every `>>>` example of the task text holds for the solution (which the graders
+    compare with course_lib), as printed, so the numbers cannot drift."""
+    import doctest
+
+    cells = _cells(ROOT / "solutions" / assignment / f"{assignment}.ipynb")
+    blocks = [
+        block
+        for cell in cells
+        if cell["cell_type"] == "markdown"
+        for block in re.findall(r"```python\n(.*?)```", _source(cell), re.S)
+        if ">>>" in block
+    ]
+    graded = [n for n in ASSIGNMENTS[assignment] if n != "hand_computation"]
+    assert len(blocks) >= len(graded), "every task cell has a worked example"
+    namespace = _solution_namespace(assignment)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    saved = torch._tensor_str.PRINT_OPTS.__dict__.copy()
+    torch.set_printoptions(precision=4, sci_mode=False)
+    try:
+        for block in blocks:
+            # A blank line inside a printed tensor is doctest's <BLANKLINE>.
+            text = re.sub(r"\n[ \t]*\n(?=.)", "\n<BLANKLINE>\n", block)
+            test = doctest.DocTestParser().get_doctest(
+                text, dict(namespace), assignment, None, 0
+            )
+            result = runner.run(test, out=lambda s: None)
+            assert result.attempted > 0 and result.failed == 0, block
+    finally:
+        torch._tensor_str.PRINT_OPTS.__dict__.update(saved)

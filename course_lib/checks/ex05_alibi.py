@@ -118,9 +118,10 @@ def check_alibi_slopes(alibi_slopes: Callable) -> None:
 def grade_alibi_slopes(alibi_slopes: Callable) -> None:
     """Hidden grade: 1 head, powers of two and other head counts (6, 12, 24, ...)."""
     _public_alibi_slopes(alibi_slopes)
-    for n in (1, 2, 3, 5, 6, 8, 12, 16, 24, 32):
+    counts = (1, 2, 3, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 40, 64, 100)
+    for n in counts:
         _check_slopes(alibi_slopes, n)
-    passed("alibi_slopes", public=False, detail="10 head counts")
+    passed("alibi_slopes", public=False, detail=f"{len(counts)} head counts")
 
 
 def _bias_from_slopes(slopes: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -224,7 +225,9 @@ def check_alibi_bias(alibi_bias: Callable) -> None:
 def grade_alibi_bias(alibi_bias: Callable) -> None:
     """Hidden grade: 1 head, 6 and 12 heads, odd/even lengths, length 1, properties."""
     _public_alibi_bias(alibi_bias)
-    cases = ((12, 9), (1, 4), (2, 1), (6, 7), (12, 8), (16, 3), (3, 10))
+    # (1, 180): distances up to 179, where a bias clipped at some maximum distance or
+    # cached for a fixed length goes wrong (ALiBi is meant to extrapolate).
+    cases = ((12, 9), (1, 4), (2, 1), (6, 7), (12, 8), (16, 3), (3, 10), (1, 180))
     for n, seq_len in cases:
         _check_bias(alibi_bias, n, seq_len, properties=True)
     passed("alibi_bias", public=False, detail=f"{len(cases)} (heads, length) cases")

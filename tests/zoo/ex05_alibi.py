@@ -163,6 +163,17 @@ def bias_imported_from_library(n_heads, seq_len):
     return alibi_bias(n_heads, seq_len)
 
 
+# --- found by the red team: a bug the first graders missed
+
+
+def bias_clipped_distance(n_heads, seq_len):
+    """|i - j| clipped at 16 (as for a learned table): right on short sequences only,
+    where ALiBi is meant to extrapolate."""
+    pos = torch.arange(seq_len)
+    distance = (pos[:, None] - pos[None, :]).abs().clamp(max=16)  # (seq, seq)
+    return -slopes_vectorised(n_heads)[:, None, None] * distance
+
+
 CORRECT = {
     "alibi_slopes": [slopes_paper_recursion, slopes_vectorised, slopes_float64_loop],
     "alibi_bias": [bias_broadcast, bias_loops, bias_float64_cdist],
@@ -188,6 +199,7 @@ WRONG = {
         (bias_heads_reversed, "reversed order", True),
         (bias_unscaled, "not multiplied by the head's slope", True),
         (bias_heads_last, "the axes are (seq, seq, heads)", True),
+        (bias_clipped_distance, "alibi_bias(1, 180) has", False),
     ],
 }
 
