@@ -265,6 +265,25 @@ def _check_bucket_case(fn, relative_position, bidirectional, num_buckets, max_di
     expect_equal(got, expected, what=call, mistakes=mistakes)
 
 
+def _check_bucket_defaults(fn) -> None:
+    """``fn(relative_position)`` alone must use T5's defaults: bidirectional, 32
+    buckets, max_distance 128 (the signature of the task)."""
+    relative_position = _arange(-300, 301)
+    expected, other = _t5_expected(relative_position, True, 32, 128)
+    call = "t5_relative_position_bucket(arange(-300, 301)) (the default arguments)"
+    got = call_student(fn, relative_position.clone(), call=call)
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        expected = _where(got == other, other, expected)
+        if not _equal(got.long(), expected):
+            raise CheckFailed(
+                f"{call} gives other buckets than with bidirectional=True, "
+                "num_buckets=32, max_distance=128: the defaults of the signature "
+                "must be T5's, t5_relative_position_bucket(relative_position, "
+                "bidirectional=True, num_buckets=32, max_distance=128)"
+            )
+    expect_equal(got, expected, what=call)
+
+
 def _grid(q_len: int, k_len: int) -> torch.Tensor:
     """``key - query`` for queries at the last ``q_len`` of ``k_len`` positions."""
     query = _arange(q_len)[:, None] + (k_len - q_len)
@@ -344,6 +363,7 @@ def grade_t5_relative_position_bucket(fn) -> None:
     bucket 0) and values for several settings, shapes and large distances."""
     for case in _BUCKET_PUBLIC:
         _check_bucket_case(fn, *case)
+    _check_bucket_defaults(fn)
     _check_causal_future(fn, 32, 128)
     for bidirectional, num_buckets, max_distance in [
         (True, 32, 128),

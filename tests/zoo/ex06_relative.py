@@ -103,7 +103,9 @@ def bucket_hf(relative_position, bidirectional=True, num_buckets=32, max_distanc
     return buckets + torch.where(is_small, relative_position, large)
 
 
-def bucket_float64_log2(relative_position, bidirectional, num_buckets, max_distance):
+def bucket_float64_log2(
+    relative_position, bidirectional=True, num_buckets=32, max_distance=128
+):
     """Another order of operations: float64 base-2 logarithms of numerator and
     denominator (rounds differently exactly at the bucket edges)."""
     n = relative_position.long()
@@ -207,9 +209,57 @@ def bucket_calls_library(relative_position, bidirectional, num_buckets, max_dist
     )
 
 
+# --- found by the red team: correct styles and bugs the first graders missed
+
+
+def bucket_keyword_only_loop(
+    relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
+):
+    """Entry by entry with math.log, keyword-only options (like the library)."""
+    out = []
+    for r in relative_position.flatten().tolist():
+        half = num_buckets // 2 if bidirectional else num_buckets
+        offset = half if bidirectional and r > 0 else 0
+        n = abs(r) if bidirectional else max(-r, 0)
+        exact = half // 2
+        if n < exact:
+            out.append(offset + n)
+            continue
+        scaled = math.log(n / exact) / math.log(max_distance / exact) * (half - exact)
+        out.append(offset + min(half - 1, exact + int(scaled)))
+    return torch.tensor(out).reshape(relative_position.shape)
+
+
+def bucket_without_defaults(relative_position, bidirectional, num_buckets,
+                            max_distance):
+    """Right buckets, but t5_relative_position_bucket(rel) (the worked example)
+    fails: the signature has no defaults."""
+    return bucket_hf(relative_position, bidirectional, num_buckets, max_distance)
+
+
+def bucket_causal_default(
+    relative_position, bidirectional=False, num_buckets=32, max_distance=128
+):
+    return bucket_hf(relative_position, bidirectional, num_buckets, max_distance)
+
+
+def bucket_abs_in_place(relative_position, bidirectional, num_buckets, max_distance):
+    """Right buckets, computed by taking |relative_position| in the caller's tensor."""
+    sign = relative_position > 0
+    n = relative_position.abs_() if bidirectional else (-relative_position).clamp(min=0)
+    rel = torch.where(sign, n, -n) if bidirectional else -n
+    return bucket_hf(rel, bidirectional, num_buckets, max_distance)
+
+
+def index_int8(q_len, k_len, max_distance):
+    """Right indices while they are small; int8 wraps around beyond 127."""
+    return index_clamp(q_len, k_len, max_distance).to(torch.int8)
+
+
 CORRECT = {
     "relative_position_index": [index_clamp, index_loop, index_clip_after_offset],
-    "t5_relative_position_bucket": [bucket_hf, bucket_float64_log2],
+    "t5_relative_position_bucket": [bucket_hf, bucket_float64_log2,
+                                    bucket_keyword_only_loop],
 }
 
 WRONG = {
@@ -221,6 +271,7 @@ WRONG = {
         (index_clip_off_by_one, "wrong entries", True),
         (index_float, "should hold integers", True),
         (index_transposed, "convention is j - i", True),  # square: j<->i,
+        (index_int8, "should be a torch.long tensor, got torch.int8", True),
     ],
     "t5_relative_position_bucket": [
         (bucket_sign_flipped, "buckets of query - key", True),
@@ -229,6 +280,9 @@ WRONG = {
         (bucket_causal_abs, "belongs to bucket 0", True),
         (bucket_log_of_max_distance, "wrong entries", True),
         (bucket_float, "should hold integers", True),
+        (bucket_without_defaults, "(the default arguments) raised TypeError", False),
+        (bucket_causal_default, "the defaults of the signature must be T5's", False),
+        (bucket_abs_in_place, "changed its input relative_position in place", True),
     ],
 }
 
