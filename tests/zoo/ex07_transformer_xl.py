@@ -165,9 +165,48 @@ def scores_calls_library(q, k, r, u, v):
     return course_lib.rel_attention_scores(q, k, r, u, v)
 
 
+# --- found by the red team: correct styles and bugs the first graders missed
+
+
+def shift_roll_rows(x):
+    """Row by row with torch.roll (other garbage entries: they are not compared)."""
+    q_len = x.shape[-2]
+    out = torch.empty_like(x)
+    for i in range(q_len):
+        out[..., i, :] = torch.roll(x[..., i, :], -(q_len - 1 - i), dims=-1)
+    return out
+
+
+def shift_into_x(x):
+    """Right shift, written back into the caller's x."""
+    return x.copy_(shift_pad_reshape(x.clone()))
+
+
+def scores_einsum_where(q, k, r, u, v):
+    """einsum for both products, torch.where for the mask."""
+    q_len, k_len, dim = q.shape[2], k.shape[2], q.shape[3]
+    content = torch.einsum("bhid,bhjd->bhij", q + u[None, :, None], k)
+    position = shift_pad_reshape(
+        torch.einsum("bhid,hjd->bhij", q + v[None, :, None], r)
+    )
+    scores = (content + position) / math.sqrt(dim)
+    return torch.where(_future(q_len, k_len), float("-inf"), scores)
+
+
+def scores_bias_added_to_q_in_place(q, k, r, u, v):
+    """Right scores, but q += u changes the caller's queries."""
+    q_len, k_len, dim = q.shape[2], k.shape[2], q.shape[3]
+    q += u[:, None, :]
+    content = q @ k.transpose(-2, -1)
+    q += (v - u)[:, None, :]
+    position = shift_pad_reshape(q @ r.transpose(-2, -1))
+    scores = (content + position) / math.sqrt(dim)
+    return scores.masked_fill(_future(q_len, k_len), float("-inf"))
+
+
 CORRECT = {
-    "rel_shift": [shift_pad_reshape, shift_gather, shift_loop_zeros],
-    "rel_attention_scores": [scores_shift, scores_four_terms],
+    "rel_shift": [shift_pad_reshape, shift_gather, shift_loop_zeros, shift_roll_rows],
+    "rel_attention_scores": [scores_shift, scores_four_terms, scores_einsum_where],
 }
 
 WRONG = {
@@ -179,6 +218,7 @@ WRONG = {
         (shift_ascending, "reads column c as distance c", True),
         (shift_only_2d, "raised ValueError", True),
         (shift_only_4d, "raised ValueError", True),
+        (shift_into_x, "changed its input x in place", True),
     ],
     "rel_attention_scores": [
         (scores_unmasked, "should be -inf", True),
@@ -188,6 +228,7 @@ WRONG = {
         (scores_not_shifted, "position term is not realigned", True),
         (scores_r_ascending, "reads row c as distance c", True),
         (scores_masked_with_zero, "they must be -inf", True),
+        (scores_bias_added_to_q_in_place, "changed its input q in place", True),
     ],
 }
 
