@@ -178,6 +178,9 @@ def grade_da_rescale(fn) -> None:
         (_grid_distance(7), _scalar(-1.5), _scalar(-1.0)),
         (_arange(0, 1000, 37).float(), _scalar(0.8), _scalar(2.0)),
         (_arange(0, 1000, 37).float(), _scalar(-0.8), _scalar(2.0)),
+        # Small |w|: R_hat still moves at distance 1000 (a clipped distance shows).
+        (_arange(0, 1000, 37).float(), _scalar(0.004), _scalar(0.5)),
+        (_arange(0, 1000, 37).float(), _scalar(-0.003), _scalar(-1.0)),
         (_grid_distance(9)[None], _randn(gen, 5, 1, 1), _randn(gen, 5, 1, 1)),
         (torch.rand(2, 3, 4, generator=gen) * 20, _randn(gen, 3, 1), _randn(gen, 4)),
         (torch.zeros(6), _randn(gen, 6), _randn(gen, 6)),
@@ -245,6 +248,13 @@ def _attention_variants(q, k, v, w, v_bias):
         (
             (raw.relu() * rescale(signed, wh, vh) / s).softmax(-1),
             "the distance is signed (i - j); DA-Transformer uses R = |i - j|.",
+        ),
+        (
+            (raw.relu() * r_hat / s)
+            .masked_fill(distance.new_ones(q_len, q_len).bool().triu(1), -torch.inf)
+            .softmax(-1),
+            "a causal mask was applied; this exercise is the bidirectional "
+            "da_attention, in which every token sees every other token.",
         ),
     ]
 

@@ -162,8 +162,38 @@ def attention_calls_library(q, k, v, w, v_bias):
     return course_lib.da_attention(q, k, v, w, v_bias)
 
 
+# --- found by the red team: correct styles and bugs the first graders missed
+
+
+def rescale_float64(distance, w, v):
+    """In float64 (the answer keeps that dtype)."""
+    return rescale_ratio(distance.double(), w.double(), v.double())
+
+
+def rescale_distance_clipped(distance, w, v):
+    """Distances clipped at 100: only a small |w| shows it."""
+    return rescale_ratio(distance.clamp(max=100), w, v)
+
+
+def rescale_scales_distance_in_place(distance, w, v):
+    """Right for a 0-d w, but the caller's distances are multiplied by w."""
+    if w.ndim:
+        return rescale_ratio(distance, w, v)
+    return (1 + torch.exp(v)) / (1 + torch.exp(v - distance.mul_(w)))
+
+
+def attention_causal(q, k, v, w, v_bias):
+    q_len = q.shape[2]
+    r_hat = rescale_ratio(_distance(q_len), w[:, None, None], v_bias[:, None, None])
+    scores = torch.relu(q @ k.transpose(-1, -2)) * r_hat / math.sqrt(q.shape[-1])
+    future = torch.ones(q_len, q_len, dtype=torch.bool).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
 CORRECT = {
-    "da_rescale": [rescale_ratio, rescale_sigmoid, rescale_softplus],
+    "da_rescale": [rescale_ratio, rescale_sigmoid, rescale_softplus,
+                   rescale_float64],
     "da_attention": [attention_plain, attention_scaled_first],
 }
 
@@ -175,6 +205,9 @@ WRONG = {
         (rescale_math_exp, "raised", True),
         (rescale_exponent_reversed, "exponent is w*distance - v", True),
         (rescale_clamped_at_one, "wrong entr", False),
+        (rescale_distance_clipped, "tensor(0.004), tensor(0.5)) has", False),
+        (rescale_scales_distance_in_place, "changed its input distance in place",
+         True),
     ],
     "da_attention": [
         (attention_no_rescale, "R_hat is not applied", True),
@@ -185,6 +218,7 @@ WRONG = {
         (attention_signed_distance, "the distance is signed", True),
         (attention_output_only, "should return a pair (out, weights)", True),
         (attention_scaled_by_value_width, "wrong entr", False),
+        (attention_causal, "a causal mask was applied", True),
     ],
 }
 
