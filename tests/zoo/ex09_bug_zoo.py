@@ -277,6 +277,41 @@ def ids_calls_library(mask):
     return course_lib.position_ids_from_attention_mask(mask)
 
 
+# --- found by the red team: bugs the first graders missed
+
+
+def rope_float64_output(x, positions):
+    """Right values, but float64 angles promote a float32 x to float64."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions.double()[:, None] * theta  # (seq, d/2)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angles.cos() - b * angles.sin(),
+                        a * angles.sin() + b * angles.cos()), -1).flatten(-2)
+
+
+def rope_into_x(x, positions):
+    """Right rotation, written back into the caller's x."""
+    return x.copy_(rope_stack(x, positions))
+
+
+def rope_cache_of_2048(x, positions):
+    """Angles cached for 2048 positions (wraps around beyond)."""
+    return rope_stack(x, positions % 2048)
+
+
+def ids_int16(mask):
+    """Right ids for short rows; int16 wraps around beyond 32767 tokens."""
+    return ids_fixed(mask).to(torch.int16)
+
+
+def ids_into_the_mask(mask):
+    """Right ids, written into the caller's integer mask."""
+    if mask.dtype == torch.bool:
+        return ids_fixed(mask)
+    return mask.copy_((mask.cumsum(dim=1) - 1) * mask)
+
+
 CORRECT = {
     "fixed_sinusoidal_encoding": [sinusoid_loop_fixed, sinusoid_exp_log],
     "fixed_alibi_slopes": [slopes_authors, slopes_vectorised],
@@ -307,6 +342,10 @@ WRONG = {
         (rope_half, "rotate-half pairing", True),
         (rope_clockwise, "clockwise", True),
         (rope_ignores_positions, "positions argument is ignored", True),
+        (rope_float64_output, "instead of torch.float32; the task asks for the dtype "
+                              "of x", True),
+        (rope_into_x, "changed its input x in place", True),
+        (rope_cache_of_2048, "4096, 5000])) has", False),
     ],
     "fixed_rel_attention_scores": [
         (
@@ -325,6 +364,8 @@ WRONG = {
         (ids_arange, "ignore the padding", True),
         (ids_one_based, "start at 1", True),
         (ids_float, "should hold integers", True),
+        (ids_int16, "should be a torch.long tensor, got torch.int16", True),
+        (ids_into_the_mask, "changed its input mask in place", True),
     ],
 }
 
