@@ -6,12 +6,14 @@
 
 A scratch course with ex05_alibi is released once and given ``--submissions``
 synthetic submissions (right answers, a wrong sign, untouched stubs, in turn). Each
-round copies it twice and grades one copy with each tool from a cold start (a new
-process, as an instructor runs it), alternating which goes first. Both gradebooks
-must agree on every score. The optional package ``rfc3987-syntax`` (the Makefile
-uninstalls it) slows every start of nbgrader; each configuration is measured with it
-importable and with it blocked (a shadow package on ``PYTHONPATH`` that raises
-``ImportError``, which is what uninstalling it amounts to), when it is installed.
+command grades its own copy of it from a cold start (a new process, as an instructor
+runs it); the order of the commands alternates between rounds, and every gradebook
+must hold the expected scores. ``course autograde`` runs once with its default
+sandbox and once with ``--unsafe-no-sandbox`` (the sandbox's cost). The optional
+package ``rfc3987-syntax`` (the Makefile uninstalls it) slows every start of
+nbgrader: it is blocked (a shadow package on ``PYTHONPATH`` that raises
+``ImportError``, which is what uninstalling it amounts to) in the main rows, and
+its cost is measured separately.
 Prints a markdown report on stdout; progress goes to stderr.
 """
 
@@ -120,86 +122,89 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env.pop("PYTHONPATH", None)
-        configs = [("rfc3987-syntax installed", env)]
-        if importlib.util.find_spec("rfc3987_syntax") is not None:
+        with_rfc = importlib.util.find_spec("rfc3987_syntax") is not None
+        without = env
+        if with_rfc:
             shadow = tmp / "no_rfc3987" / "rfc3987_syntax"
             shadow.mkdir(parents=True)
             (shadow / "__init__.py").write_text(
                 "raise ImportError('rfc3987-syntax blocked for the benchmark')\n"
             )
-            configs.append(
-                ("rfc3987-syntax removed", dict(env, PYTHONPATH=str(shadow.parent)))
-            )
-        else:
-            configs = [("rfc3987-syntax removed", env)]
+            without = dict(env, PYTHONPATH=str(shadow.parent))
 
-        tools = {
-            "nbgrader autograde (sequential)": [
-                str(BIN / "nbgrader"),
-                "autograde",
-                A,
-                "--force",
-            ],
-            f"course autograde --jobs {args.jobs}": [
-                str(BIN / "course"),
-                "autograde",
-                A,
-                "--jobs",
-                str(args.jobs),
-                "--force",
-                "--no-progress",
+        nbgrader = [str(BIN / "nbgrader"), "autograde", A, "--force"]
+        course = [
+            str(BIN / "course"),
+            "autograde",
+            A,
+            "--jobs",
+            str(args.jobs),
+            "--force",
+            "--no-progress",
+        ]
+        main_runs = {
+            "nbgrader autograde (sequential)": nbgrader,
+            f"course autograde --jobs {args.jobs} (sandboxed)": course,
+            f"course autograde --jobs {args.jobs} --unsafe-no-sandbox": [
+                *course,
+                "--unsafe-no-sandbox",
             ],
         }
-        walls: dict[tuple[str, str], list[float]] = {}
-        startups = {}
-        order = list(tools)
-        for config, cfg_env in configs:
-            startups[config] = _startup(cfg_env)
-            for r in range(args.rounds):
-                for tool in order if r % 2 == 0 else order[::-1]:
-                    work = tmp / f"run-{len(walls)}-{r}"
-                    shutil.copytree(base, work)
-                    _log(f"{config}: {tool} (round {r + 1})")
-                    wall = _timed(tools[tool], work, cfg_env)
-                    got = _scores(work)
-                    if got != expected:
-                        raise RuntimeError(f"{tool} gave {got}, expected {expected}")
-                    walls.setdefault((config, tool), []).append(wall)
-                    shutil.rmtree(work)
-
-        lines = [
-            f"{args.submissions} submissions of {A} (scores checked: both tools agree "
-            f"with the expected {sorted(set(expected.values()))} points), "
-            f"{os.cpu_count()} CPUs, load average at the end "
-            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}. Wall time of the whole "
-            "command from a cold start, median of "
-            f"{args.rounds} round(s).",
-            "",
-            "| configuration | tool | wall (s) | per submission (s) | speed-up |",
-            "|---|---|---:|---:|---:|",
-        ]
-        for config, _ in configs:
-            base_wall = statistics.median(walls[(config, order[0])])
-            for tool in order:
-                wall = statistics.median(walls[(config, tool)])
-                lines.append(
-                    f"| {config} | {tool} | {wall:.1f} | "
-                    f"{wall / args.submissions:.2f} | {base_wall / wall:.2f}x |"
+        runs = [(name, cmd, without) for name, cmd in main_runs.items()]
+        if with_rfc:
+            runs.append(
+                (
+                    "nbgrader autograde (sequential), rfc3987-syntax installed",
+                    nbgrader,
+                    env,
                 )
-        lines += [
+            )
+        walls: dict[str, list[float]] = {}
+        for r in range(args.rounds):
+            for name, cmd, run_env in runs if r % 2 == 0 else runs[::-1]:
+                work = tmp / f"run-{r}-{len(walls)}"
+                shutil.copytree(base, work)
+                _log(f"{name} (round {r + 1})")
+                wall = _timed(cmd, work, run_env)
+                got = _scores(work)
+                if got != expected:
+                    raise RuntimeError(f"{name} gave {got}, expected {expected}")
+                walls.setdefault(name, []).append(wall)
+                shutil.rmtree(work)
+        startup = {"rfc3987-syntax removed": _startup(without)}
+        if with_rfc:
+            startup["rfc3987-syntax installed"] = _startup(env)
+
+        baseline = statistics.median(walls[runs[0][0]])
+        lines = [
+            f"{args.submissions} submissions of {A}; both tools' gradebooks agree with "
+            f"the expected scores ({sorted(set(expected.values()))} points). "
+            f"{os.cpu_count()} CPUs; load average at the end "
+            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (other processes share "
+            "the machine). Wall time of the whole command from a cold start (a new "
+            f"process), median of {args.rounds} round(s); rfc3987-syntax blocked "
+            "unless the row says otherwise (the Makefile uninstalls it).",
             "",
-            "| configuration | `nbgrader --version` start-up (s) |",
-            "|---|---:|",
+            "| command | wall (s) | per submission (s) | speed-up vs nbgrader |",
+            "|---|---:|---:|---:|",
         ]
-        lines += [f"| {config} | {startups[config]:.2f} |" for config, _ in configs]
-        if len(configs) == 2:
-            saved = startups[configs[0][0]] - startups[configs[1][0]]
-            seq = [statistics.median(walls[(c, order[0])]) for c, _ in configs]
+        for name, _, _ in runs:
+            wall = statistics.median(walls[name])
+            lines.append(
+                f"| {name} | {wall:.1f} | {wall / args.submissions:.2f} | "
+                f"{baseline / wall:.2f}x |"
+            )
+        lines += ["", "| `nbgrader --version` start-up | wall (s) |", "|---|---:|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in startup.items()]
+        if with_rfc:
+            saved = (
+                startup["rfc3987-syntax installed"] - startup["rfc3987-syntax removed"]
+            )
+            slower = statistics.median(walls[runs[-1][0]]) - baseline
             lines += [
                 "",
-                f"Removing rfc3987-syntax saves {saved:.1f} s per nbgrader "
-                f"start-up and {seq[0] - seq[1]:.1f} s on the sequential "
-                "nbgrader run.",
+                f"rfc3987-syntax costs {saved:.1f} s at every nbgrader "
+                f"start-up and {slower:.1f} s on the sequential run.",
             ]
         print("\n".join(lines))
     finally:
