@@ -35,6 +35,7 @@ from course_lib.checks import ex02_sinusoidal as g02
 from course_lib.checks import ex03_rotation as g03
 from course_lib.checks import ex04_rope as g04
 from course_lib.checks import ex05_alibi as g05
+from course_lib.sinusoidal import sinusoidal_encoding as sinusoidal_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIRS = [(g01, z01), (g02, z02), (g03, z03), (g04, z04), (g05, z05)]
@@ -420,3 +421,61 @@ def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
             assert result.attempted > 0 and result.failed == 0, block
     finally:
         torch._tensor_str.PRINT_OPTS.__dict__.update(saved)
+
+
+# --- grader machinery found wanting by the red team
+
+
+def test_a_student_writing_to_stderr_does_not_zero_the_cell(capsys) -> None:
+    """nbgrader scores a test cell that writes to stderr 0: the student's own stderr
+    (a debugging print, a progress bar) is sent to stdout while it runs."""
+    import sys
+
+    def noisy(perm):
+        print("debug: building P", file=sys.stderr)
+        return z01.perm_eye_rows(perm)
+
+    g01.check_permutation_matrix(noisy)
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "debug: building P" in out and "all public checks passed" in out
+
+
+def test_private_helpers_of_the_library_are_trapped_too(capsys) -> None:
+    """course_lib's private helpers would do part of an exercise: calling them earns
+    nothing either, and they are restored afterwards."""
+    import course_lib.attention as lib
+
+    helper = lib._as_permutation
+
+    def uses_helper(perm):
+        return torch.eye(len(perm))[lib._as_permutation("permutation_matrix", perm)]
+
+    with pytest.raises(CheckFailed, match=r"reached course_lib.attention._as_perm"):
+        g01.check_permutation_matrix(uses_helper)
+    assert lib._as_permutation is helper
+    assert capsys.readouterr().err == ""
+
+
+def test_a_reference_hidden_in_a_default_argument_is_caught() -> None:
+    """Bound at definition time, the reference escapes the name trap; its own calls
+    into course_lib (validation helpers) still hit a trap."""
+
+    def default_arg(max_len, d_model, _ref=sinusoidal_reference):
+        return _ref(max_len, d_model)
+
+    with pytest.raises(CheckFailed, match="calls the course_lib reference"):
+        g02.grade_sinusoidal_encoding(default_arg)
+
+
+def test_the_dtype_of_p_follows_the_default_dtype() -> None:
+    """P must multiply x of PyTorch's default dtype: float32, or float64 in a notebook
+    that set it so (then x is float64 too and a float64 P is right)."""
+    saved = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        g01.grade_permutation_matrix(z01.perm_eye_rows)
+        with pytest.raises(CheckFailed, match="instead of torch.float64"):
+            g01.check_permutation_matrix(lambda perm: z01.perm_eye_rows(perm).float())
+    finally:
+        torch.set_default_dtype(saved)

@@ -190,9 +190,11 @@ def _check_perm(permutation_matrix: Callable, perm: list[int], as_tensor: bool) 
                           f"return the ({len(perm)}, {len(perm)}) matrix P with "
                           "(P @ x)[i] = x[perm[i]]")
     expect_close(got, expected, what=call, atol=0.0, rtol=0.0, mistakes=mistakes,
-                 dtype=torch.float32, dtype_reason=_FLOAT32_REASON)
+                 dtype=torch.get_default_dtype(), dtype_reason=_FLOAT32_REASON)
 
 
+# The dtype asked for is PyTorch's default (float32 unless a notebook changed it
+# with torch.set_default_dtype), the dtype of the x that P multiplies.
 _FLOAT32_REASON = (
     "the task asks for float32 because P @ x fails for a float32 x unless P is "
     "float32 too (torch does not mix dtypes in a matrix product)"

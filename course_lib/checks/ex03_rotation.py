@@ -103,7 +103,7 @@ def _check_offset(offset_matrix: Callable, k: int, d_model: int) -> torch.Tensor
     call = f"offset_matrix({k}, {d_model})"
     got = call_student(offset_matrix, k, d_model, call=call)
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes,
-                 dtype=torch.float32,
+                 dtype=torch.get_default_dtype(),  # float32 unless changed
                  dtype_reason="the task asks for float32 because M @ pe[p] fails "
                               "for the float32 rows of a sinusoidal table unless M "
                               "is float32 too (torch does not mix dtypes in a "
