@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from benchmarks.harness import machine, run_suite
+from benchmarks import harness
+from benchmarks.harness import load, machine, run_suite
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,6 +33,10 @@ SUITES = {
     "sinusoidal": ("Sinusoidal table", "benchmarks.bench_sinusoidal"),
 }
 SCRIPTS = {
+    "alloc": (
+        "Fresh output vs existing memory: the allocator's share",
+        "benchmarks.bench_alloc",
+    ),
     "book": ("Book build", "benchmarks.bench_book"),
     "autograde": ("Autograde throughput", "benchmarks.bench_autograde"),
 }
@@ -47,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help="comma-separated: " + ",".join([*SUITES, *SCRIPTS])
     )
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--rounds", type=int, default=9, help="timing rounds per size")
+    ap.add_argument(
+        "--clock",
+        choices=sorted(harness.CLOCKS),
+        default="wall",
+        help="wall time, or the process's CPU time (steadier on a shared machine "
+        "with --threads 1)",
+    )
     ap.add_argument(
         "--out",
         default=None,
@@ -54,20 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    harness.CLOCK = args.clock
     only = {s for s in args.only.split(",") if s}
     parts = [
         "# Benchmarks",
         "",
         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M} on {machine()}.",
-        "Medians after warm-up; ratios are against the baseline named in each "
-        "table, measured in the same run.",
+        f"Load average at the start: {load()} (other processes share the machine).",
+        f"Clock: {args.clock} time. "
+        "Medians over interleaved rounds after warm-up (each round calls every "
+        "implementation once, in a rotated order); ratios are against the baseline "
+        "named in each table, measured in the same rounds. Peak extra memory: one "
+        "warm call in a fresh process (see benchmarks/harness.py).",
     ]
     for key, (title, module) in SUITES.items():
         if only and key not in only:
             continue
         suite = importlib.import_module(module)
         sizes = suite.QUICK_SIZES if args.quick else suite.SIZES
-        extra = getattr(suite, "gbps", None)
         print(f"running {key} ...", file=sys.stderr, flush=True)
         parts += [
             "",
@@ -78,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                 sizes,
                 baseline=suite.BASELINE,
                 memory=not args.quick,
-                extra=extra,
-                extra_header="GB/s moved" if extra else "",
+                extras=getattr(suite, "EXTRAS", None),
+                rounds=3 if args.quick else args.rounds,
             ),
         ]
     for key, (title, module) in SCRIPTS.items():
@@ -91,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True,
             text=True,
             cwd=HERE.parent,
+            env=dict(
+                os.environ, OMP_NUM_THREADS=str(args.threads), BENCH_CLOCK=args.clock
+            ),
         )
         body = (
             proc.stdout.strip()
@@ -98,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             else (f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
         )
         parts += ["", f"## {title}", "", body]
+    parts += ["", f"Load average at the end: {load()}."]
     report = "\n".join(parts) + "\n"
     print(report)
     out = args.out or (None if args.quick else str(HERE / "RESULTS.md"))

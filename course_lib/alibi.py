@@ -17,13 +17,22 @@ Linear Biases Enables Input Length Extrapolation", ICLR 2022.
 
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ._validate import fail, require_float_tensor, require_ndim, require_positive_int
 
-__all__ = ["ALiBi", "alibi_attention", "alibi_bias", "alibi_slopes"]
+__all__ = [
+    "ALiBi",
+    "alibi_attention",
+    "alibi_bias",
+    "alibi_flex_attention",
+    "alibi_slopes",
+]
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -156,31 +165,68 @@ class ALiBi(nn.Module):
         return f"n_heads={self.n_heads}, causal={self.causal}"
 
 
-def alibi_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True
-) -> torch.Tensor:
-    """Attention with ALiBi through PyTorch's ``scaled_dot_product_attention``.
+# Mask blocks built by alibi_attention, most recently used last. Bounded in bytes: a
+# model at a fixed length reuses one entry; token-by-token decoding makes small ones.
+_MASK_CACHE: OrderedDict[tuple, tuple[tuple[int, int, int, torch.Tensor], ...]] = (
+    OrderedDict()
+)
+MASK_CACHE_BYTES = 256 * 2**20
+# Causal attention is cut into blocks of this many queries (see alibi_attention).
+QUERY_BLOCK = 256
 
-    .. math::
 
-        \\mathrm{out}_h = \\mathrm{softmax}\\Big(\\frac{Q_h K_h^\\top}{\\sqrt{d}}
-        + B_h\\Big) V_h, \\qquad B_h = \\texttt{alibi\\_bias}(H, L_q, L_k)_h
+def _alibi_mask_blocks(
+    n_heads: int,
+    q_len: int,
+    k_len: int,
+    causal: bool,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[tuple[int, int, int, torch.Tensor], ...]:
+    """SDPA float masks ``(1, H, stop - start, keys)``, one per block of queries.
 
-    The bias is passed as a 4-D ``(1, H, L_q, L_k)`` float mask (a 3-D mask sends SDPA
-    to its slow math backend). Queries are the last ``L_q`` of the ``L_k`` positions.
-
-    Args:
-        q: ``(batch, heads, q_len, head_dim)`` queries.
-        k: ``(batch, heads, k_len, head_dim)`` keys, ``k_len >= q_len``.
-        v: ``(batch, heads, k_len, v_dim)`` values.
-        causal: mask keys that come after their query (default True, as in the paper).
-
-    Returns:
-        ``(batch, heads, q_len, v_dim)`` attention output.
-
-    Paper: Press et al. 2022.
+    Each entry is ``(start, stop, keys, mask)``: queries ``start:stop`` attend to
+    keys ``:keys``. Without ``causal`` there is one block with every key. Built once
+    per shape, dtype and device and cached; the least recently used entries are
+    dropped while the cache holds more than ``MASK_CACHE_BYTES`` (so an entry larger
+    than that is built again at every call).
     """
-    fn = "alibi_attention"
+    key = (n_heads, q_len, k_len, causal, dtype, device)
+    blocks = _MASK_CACHE.get(key)
+    if blocks is not None:
+        _MASK_CACHE.move_to_end(key)
+        return blocks
+    # A mask born under inference_mode could not be saved for a later backward pass.
+    with torch.inference_mode(False):
+        bias = alibi_bias(n_heads, q_len, k_len, causal=causal)  # (H, Lq, Lk)
+        bias = bias.to(device=device, dtype=dtype)[None]  # (1, H, Lq, Lk)
+        step = QUERY_BLOCK if causal else q_len
+        offset = k_len - q_len  # query i sits at position i + offset
+        entries = []
+        for start in range(0, q_len, step):  # blocks of queries, not positions
+            stop = min(start + step, q_len)
+            keys = stop + offset  # keys the block's last query may see
+            mask = bias[:, :, start:stop, :keys].clone()  # (1, H, stop-start, keys)
+            entries.append((start, stop, keys, mask))
+        blocks = tuple(entries)
+    _MASK_CACHE[key] = blocks
+    while _cache_bytes() > MASK_CACHE_BYTES:  # drop the least recently used
+        _MASK_CACHE.popitem(last=False)
+    return blocks
+
+
+def _cache_bytes() -> int:
+    return sum(
+        m.numel() * m.element_size()
+        for blocks in _MASK_CACHE.values()
+        for *_, m in blocks
+    )
+
+
+def _check_qkv(
+    fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[int, int, int]:
+    """Validate attention inputs; return ``(n_heads, q_len, k_len)``."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         require_ndim(
             fn,
@@ -211,6 +257,119 @@ def alibi_attention(
             f"q_len={q_len} and k_len={k_len} from q {tuple(q.shape)}, "
             f"k {tuple(k.shape)}",
         )
-    bias = alibi_bias(n_heads, q_len, k_len, causal=causal)  # (H, Lq, Lk)
-    bias = bias.to(device=q.device, dtype=q.dtype)[None]  # (1, H, Lq, Lk)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # (B, H, Lq, Dv)
+    return n_heads, q_len, k_len
+
+
+def alibi_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True
+) -> torch.Tensor:
+    """Attention with ALiBi through PyTorch's ``scaled_dot_product_attention``.
+
+    .. math::
+
+        \\mathrm{out}_h = \\mathrm{softmax}\\Big(\\frac{Q_h K_h^\\top}{\\sqrt{d}}
+        + B_h\\Big) V_h, \\qquad B_h = \\texttt{alibi\\_bias}(H, L_q, L_k)_h
+
+    The bias is passed as a 4-D ``(1, H, L_q, L_k)`` float mask (a 3-D mask sends SDPA
+    to its slow math backend), built once per shape, dtype and device and kept in a
+    small cache (at most ``MASK_CACHE_BYTES`` in all), so repeated calls at one length
+    cost only the attention. Queries are the last ``L_q`` of the ``L_k`` positions.
+
+    With ``causal``, SDPA given a float mask would still compute every score the mask
+    sets to ``-inf`` (it skips masked blocks only for ``is_causal=True``, which cannot
+    carry a bias). So the queries are cut into blocks of ``QUERY_BLOCK`` and each block
+    attends only to the keys up to its last query: about half the work is skipped.
+
+    Args:
+        q: ``(batch, heads, q_len, head_dim)`` queries.
+        k: ``(batch, heads, k_len, head_dim)`` keys, ``k_len >= q_len``.
+        v: ``(batch, heads, k_len, v_dim)`` values.
+        causal: mask keys that come after their query (default True, as in the paper).
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)`` attention output.
+
+    Paper: Press et al. 2022.
+    """
+    n_heads, q_len, k_len = _check_qkv("alibi_attention", q, k, v)
+    blocks = _alibi_mask_blocks(n_heads, q_len, k_len, bool(causal), q.dtype, q.device)
+    if len(blocks) == 1:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=blocks[0][3]
+        )  # (B, H, Lq, Dv)
+    outs = [
+        F.scaled_dot_product_attention(
+            q[:, :, start:stop], k[:, :, :keys], v[:, :, :keys], attn_mask=mask
+        )  # (B, H, stop - start, Dv)
+        for start, stop, keys, mask in blocks
+    ]
+    return torch.cat(outs, dim=2)  # (B, H, Lq, Dv)
+
+
+@functools.cache
+def _compiled_flex_attention():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_block_mask(q_len: int, k_len: int, device: torch.device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = k_len - q_len
+
+    def keys_up_to_query(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    return create_block_mask(keys_up_to_query, None, None, q_len, k_len, device=device)
+
+
+def alibi_flex_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = True,
+    compiled: bool = True,
+) -> torch.Tensor:
+    """ALiBi attention through ``flex_attention``: the bias is a ``score_mod``.
+
+    .. math::
+
+        s_h(i, j) = \\frac{q_i \\cdot k_j}{\\sqrt{d}} - m_h\\, |i' - j|, \\qquad
+        i' = i + L_k - L_q
+
+    No ``(H, L_q, L_k)`` bias exists in memory: the compiled kernel adds
+    :math:`-m_h |i' - j|` to each score as it computes it, and with ``causal`` a block
+    mask skips the blocks above the diagonal. Compilation (a C++ compiler on CPU)
+    happens once per shape; for token-by-token decoding, where the shape changes at
+    every step, use :func:`alibi_attention`.
+
+    Args:
+        q: ``(batch, heads, q_len, head_dim)`` queries (the last ``q_len`` positions).
+        k: ``(batch, heads, k_len, head_dim)`` keys, ``k_len >= q_len``.
+        v: ``(batch, heads, k_len, v_dim)`` values.
+        causal: mask keys that come after their query.
+        compiled: use ``torch.compile(flex_attention)``; False runs PyTorch's eager
+            reference, which materialises the scores (for tests and tiny inputs).
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``, equal to :func:`alibi_attention` (tested).
+
+    Paper: Press et al. 2022; FlexAttention: Dong et al. 2024.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    n_heads, q_len, k_len = _check_qkv("alibi_flex_attention", q, k, v)
+    offset = k_len - q_len
+    slopes = alibi_slopes(n_heads).to(device=q.device, dtype=q.dtype)  # (H,)
+
+    def alibi_score_mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx + offset - kv_idx).abs()
+
+    block_mask = _causal_block_mask(q_len, k_len, q.device) if causal else None
+    attend = _compiled_flex_attention() if compiled else flex_attention
+    return attend(
+        q, k, v, score_mod=alibi_score_mod, block_mask=block_mask
+    )  # (B, H, Lq, Dv)

@@ -184,6 +184,47 @@ def _rotate(
     )  # (..., seq, d)
 
 
+def _complex_pairs(x: torch.Tensor) -> torch.Tensor:
+    """View ``x`` (..., d) as the complex pairs ``x[2i] + i x[2i+1]`` (..., d/2).
+
+    No copy, unless the strides of ``x`` forbid a complex view."""
+    pairs = x.unflatten(-1, (-1, 2))  # (..., d/2, 2)
+    if pairs.storage_offset() % 2 or any(s % 2 for s in pairs.stride()[:-1]):
+        pairs = pairs.contiguous()
+    return torch.view_as_complex(pairs)  # (..., d/2) complex
+
+
+def _rotate_cached(
+    x: torch.Tensor, factors: tuple[torch.Tensor, ...], convention: str
+) -> torch.Tensor:
+    r"""Fast form of :func:`_rotate` with factors precomputed per position.
+
+    Interleaved: one complex multiply :math:`z_i e^{\mathrm{i} m\theta_i}` with the
+    cached polar factors, reading ``x`` once and writing the output once. Half: the
+    output is born as ``x * [cos | cos]`` and the two sine terms are added in place
+    (``addcmul_``), instead of materialising ``rotate_half(x)`` and two products.
+
+    Args:
+        x: ``(..., seq, d)`` in the compute dtype.
+        factors: ``(polar,)`` with ``polar`` complex ``(..., seq, d/2)`` for
+            ``"interleaved"``; ``(cos2, sin)`` with ``cos2 = [cos | cos]``
+            ``(..., seq, d)`` and ``sin`` ``(..., seq, d/2)`` for ``"half"``.
+        convention: ``"interleaved"`` or ``"half"``.
+
+    Returns:
+        ``(..., seq, d)`` rotated tensor, equal to :func:`_rotate` (tested).
+    """
+    if convention == "interleaved":
+        (polar,) = factors
+        return torch.view_as_real(_complex_pairs(x) * polar).flatten(-2)  # (.., d)
+    cos2, sin = factors
+    half = x.shape[-1] // 2
+    out = x * cos2  # (..., seq, d): [x1 cos | x2 cos]
+    out[..., :half].addcmul_(x[..., half:], sin, value=-1.0)  # x1 cos - x2 sin
+    out[..., half:].addcmul_(x[..., :half], sin)  # x2 cos + x1 sin
+    return out
+
+
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
@@ -352,8 +393,12 @@ class RotaryEmbedding(nn.Module):
 
     The cos/sin tables for positions ``0 .. max_seq_len-1`` are computed once (float64,
     kept in float64) and grow, by doubling, when a larger
-    position is requested. ``forward`` looks them up and applies the same rotation as
-    :func:`apply_rope` (tested equal).
+    position is requested. ``forward`` applies the same rotation as
+    :func:`apply_rope` (tested equal) by its fast form: from the tables it derives, once
+    per compute dtype and device, the factors it multiplies by (complex
+    :math:`e^{\mathrm{i} m\theta_i}` for ``"interleaved"``, ``[cos | cos]`` and
+    ``sin`` for ``"half"``), so a call is one slice of the cache and one pass over
+    ``x``.
 
     Args:
         head_dim: dimension of one head.
@@ -406,6 +451,7 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self._tables(max_seq_len, torch.device("cpu"))
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
+        self._factors: dict[tuple[torch.dtype, torch.device], tuple] = {}
 
     def _tables(
         self, n: int, device: torch.device
@@ -426,6 +472,21 @@ class RotaryEmbedding(nn.Module):
             self.cos_cached, self.sin_cached = self._tables(
                 new_len, self.cos_cached.device
             )
+            self._factors.clear()
+
+    def _cached_factors(
+        self, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, ...]:
+        """Factors for all cached positions in ``dtype`` on ``device``, made once."""
+        key = (dtype, device)
+        if key not in self._factors:
+            cos = self.cos_cached.to(device=device, dtype=dtype)  # (n, r/2)
+            sin = self.sin_cached.to(device=device, dtype=dtype)  # (n, r/2)
+            if self.convention == "interleaved":
+                self._factors[key] = (torch.complex(cos, sin),)  # (n, r/2) complex
+            else:
+                self._factors[key] = (torch.cat((cos, cos), dim=-1), sin)  # (n, r)
+        return self._factors[key]
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor | None = None
@@ -438,8 +499,9 @@ class RotaryEmbedding(nn.Module):
                 f"x must be (..., seq, head_dim) with head_dim={self.head_dim}, "
                 f"got {describe(x)}",
             )
+        seq = x.shape[-2]
         if positions is None:
-            positions = torch.arange(x.shape[-2], device=x.device)  # (seq,)
+            self._grow(seq)
         else:
             positions = _check_positions(fn, positions, x)
             if positions.numel() and int(positions.min()) < 0:
@@ -448,16 +510,20 @@ class RotaryEmbedding(nn.Module):
                     f"positions must be non-negative to index the cache, "
                     f"got minimum {int(positions.min())}",
                 )
-        if positions.numel():
-            self._grow(int(positions.max()) + 1)
+            if positions.numel():
+                self._grow(int(positions.max()) + 1)
         dt = _compute_dtype(x)
-        idx = positions.long().to(self.cos_cached.device)
-        cos = self.cos_cached[idx].to(device=x.device, dtype=dt)  # (..., seq, r/2)
-        sin = self.sin_cached[idx].to(device=x.device, dtype=dt)  # (..., seq, r/2)
+        factors = self._cached_factors(dt, x.device)
+        if positions is None:
+            factors = tuple(f[:seq] for f in factors)  # (seq, ...): views, no copy
+        else:
+            idx = positions.long().to(x.device)
+            factors = tuple(f[idx] for f in factors)  # (..., seq, ...)
         r = self.rotary_dim
-        rotated = _rotate(x[..., :r].to(dt), cos, sin, self.convention)  # (..., seq, r)
-        out = torch.cat((rotated, x[..., r:].to(dt)), dim=-1)  # (..., seq, head_dim)
-        return out.to(x.dtype)
+        rotated = _rotate_cached(x[..., :r].to(dt), factors, self.convention)
+        if r < self.head_dim:
+            rotated = torch.cat((rotated, x[..., r:].to(dt)), dim=-1)  # (..., seq, D)
+        return rotated.to(x.dtype)
 
     def extra_repr(self) -> str:
         return (

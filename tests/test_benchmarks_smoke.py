@@ -9,7 +9,8 @@ import importlib
 
 import pytest
 
-from benchmarks.harness import run_suite
+from benchmarks.bench_rope import COPY
+from benchmarks.harness import peak_memory, run_suite, time_cases
 
 SUITES = [
     "benchmarks.bench_rope",
@@ -22,11 +23,55 @@ SUITES = [
 @pytest.mark.parametrize("module", SUITES)
 def test_suite_runs_on_tiny_size(module: str) -> None:
     suite = importlib.import_module(module)
-    table = run_suite(module, suite.QUICK_SIZES, baseline=suite.BASELINE, memory=False)
+    extras = getattr(suite, "EXTRAS", None)
+    table = run_suite(
+        module,
+        suite.QUICK_SIZES,
+        baseline=suite.BASELINE,
+        memory=False,
+        extras=extras,
+        rounds=1,
+    )
     lines = table.splitlines()
     assert len(lines) == 2 + len(suite.CASES) * len(suite.QUICK_SIZES)
     assert "failed" not in table, table
     assert suite.BASELINE in suite.CASES
+    columns = 4 + len(extras or [])
+    assert all(line.count("|") == columns + 1 for line in lines), table
+    baseline_row = next(line for line in lines if f"| {suite.BASELINE} |" in line)
+    assert baseline_row.split("|")[4].strip() == "1.00"
+
+
+def test_rounds_interleave_and_count_every_call() -> None:
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    timings = time_cases(fns, warmup=1, rounds=3)
+    assert calls[:3] == ["a", "b", "c"]  # warm-up
+    assert calls[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # rotated
+    assert {n: t.repeats for n, t in timings.items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def test_peak_memory_sees_a_fresh_output_and_not_a_copy() -> None:
+    """A clone of a 16 MiB tensor allocates 16 MiB; a copy into existing memory, none.
+
+    The inputs are built before the measured call, so neither counts them."""
+    shape = [1, 1, 2048, 2048]  # 16 MiB of float32
+    clone = peak_memory(
+        "benchmarks.bench_rope", "clone() of the same tensor", shape=shape
+    )
+    copy = peak_memory("benchmarks.bench_rope", COPY, shape=shape)
+    assert clone is not None and copy is not None
+    assert 15 * 2**20 <= clone <= 24 * 2**20, clone
+    assert copy <= 2 * 2**20, copy
+
+
+def test_allocator_table_runs_on_a_tiny_shape() -> None:
+    from benchmarks import bench_alloc
+
+    table = bench_alloc.main([[1, 1, 4, 8]])
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(bench_alloc.OPS)
+    assert all(line.count(" ms") == len(bench_alloc.SETTINGS) for line in lines[2:])
 
 
 @pytest.mark.parametrize(
@@ -55,7 +100,7 @@ def test_compared_implementations_agree(module: str) -> None:
         half = outs["course_lib apply_rope half (reference form)"]
         for name in (
             "course_lib RotaryEmbedding half (cached)",
-            "HF Llama apply_rotary_pos_emb (q and k: 2 tensors)",
+            suite.HF,
         ):
             torch.testing.assert_close(outs[name], half, atol=1e-5, rtol=1e-5)
     else:
