@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from . import _record
+
 __all__ = [
     "CheckFailed",
     "Mistake",
@@ -41,6 +43,7 @@ __all__ = [
     "expect_scalar",
     "passed",
     "reference_trap",
+    "require_plain",
 ]
 
 # Captured at import time: later monkeypatching of torch by student code does not
@@ -87,7 +90,23 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
 
     ``call`` is how the call reads in a message, e.g. ``"alibi_bias(4, 5)"``.
     Exceptions become :class:`CheckFailed` that say which call raised what.
+    At grading the call is also recorded, and the test is judged again outside the
+    student's kernel from that record (see :mod:`course_lib.checks._record`).
     """
+    active = _record.session()
+    if active is not None:
+        result, notes = active.call(_call_student, fn, args, kwargs, call)
+    else:
+        result, notes = _call_student(fn, args, kwargs, call)
+    for note in notes:
+        print(note)
+    return result
+
+
+def _call_student(
+    fn: Callable[..., Any], args: tuple, kwargs: dict, call: str
+) -> tuple[Any, list[str]]:
+    """:func:`call_student`'s work: the result, and the notes to print after it."""
     if not callable(fn):
         raise CheckFailed(f"expected a function, got {type(fn).__name__}")
     inputs = _snapshot(fn, args, kwargs)
@@ -114,17 +133,23 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
             raise
         except Exception as exc:  # noqa: BLE001 - any error of the student's code
             raise CheckFailed(f"{call} raised {type(exc).__name__}: {exc}") from exc
-    for w in caught:
-        print(f"note: {call} warned: {w.category.__name__}: {w.message}")
+    notes = [f"note: {call} warned: {w.category.__name__}: {w.message}" for w in caught]
     if trap.called:
+        for note in notes:
+            print(note)
         raise CheckFailed(
             f"{call} calls the course_lib reference (the call reached "
             f"{trap.called[0]}). "
             "The exercise is to write it yourself: a call to the library earns "
             "no points."
         )
-    _check_unchanged(inputs, call)
-    return result
+    try:
+        _check_unchanged(inputs, call)
+    except CheckFailed:
+        for note in notes:
+            print(note)
+        raise
+    return result, notes
 
 
 def _snapshot(
@@ -260,6 +285,17 @@ def _matches(got: Any, answer: Any, atol: float, rtol: float) -> bool:
     return False
 
 
+def require_plain(got: torch.Tensor, what: str) -> None:
+    """A dense tensor on the CPU, as the inputs are: a sparse, nested or meta tensor
+    would make the comparisons fail with an obscure PyTorch error instead."""
+    if got.is_nested or got.layout != torch.strided or got.device.type != "cpu":
+        layout = "nested" if got.is_nested else str(got.layout).replace("torch.", "")
+        raise CheckFailed(
+            f"{what} should be an ordinary dense tensor on the CPU, like the inputs; "
+            f"got a {layout} tensor on {got.device}"
+        )
+
+
 def expect_close(
     got: Any,
     expected: torch.Tensor,
@@ -287,6 +323,7 @@ def expect_close(
             f"{what} should return a torch.Tensor of shape {tuple(expected.shape)}, "
             f"got {type(got).__name__}"
         )
+    require_plain(got, what)
     for m in mistakes:
         # A "mistake" that coincides with the right answer for these inputs (e.g.
         # power-of-two slopes for 8 heads) says nothing and must not reject.

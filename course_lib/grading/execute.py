@@ -27,7 +27,11 @@ class GradingExecute(Execute):
 
 def autograde_preprocessors(configured: list | None = None) -> list:
     """nbgrader's autograde preprocessors (``configured``, else nbgrader's default)
-    with ``Execute`` replaced by :class:`GradingExecute`."""
+    with ``Execute`` replaced by :class:`GradingExecute`'s subclass
+    :class:`~course_lib.grading.integrity.VerifiedExecute` (test cells judged
+    outside the student's kernel, output capped)."""
+    from .integrity import VerifiedExecute
+
     if configured is None:
         configured = Autograde.class_traits()["autograde_preprocessors"].default()
     names = {
@@ -36,6 +40,8 @@ def autograde_preprocessors(configured: list | None = None) -> list:
         "nbgrader.preprocessors.execute.Execute",
     }
     return [
-        GradingExecute if pp is Execute or (isinstance(pp, str) and pp in names) else pp
+        VerifiedExecute
+        if pp is Execute or (isinstance(pp, str) and pp in names)
+        else pp
         for pp in configured
     ]
