@@ -602,3 +602,26 @@ def test_plot_lab_heatmap_shows_every_mean():
         for j, (t, n) in enumerate((t, n) for t in ("recall", "copy")
                                    for n in (16, 32, 64)):
             assert image[i, j] == pytest.approx(by_key[(t, m, n)])
+
+
+def test_stored_results_support_the_claims_of_chapter_10(stored):
+    """Every statement of 'What the results show' in book/10-extrapolation-lab.md."""
+    acc = lambda t, m, k: _acc(stored, t, m, k)  # noqa: E731
+    assert min(r["accuracy"][str(stored["meta"]["settings"]["train_length"])]
+               for r in stored["runs"]) >= 0.91
+    # copy: exact-offset methods collapse at 2L; ALiBi, DA, NoPE keep much more
+    for m in ("learned", "sinusoidal", "rope", "shaw", "xl"):
+        assert acc("copy", m, 1) > 0.99 and acc("copy", m, 2) < 0.15
+    assert acc("copy", "alibi", 2) > 0.9 and acc("copy", "alibi", 8) > 0.75
+    assert acc("copy", "da", 2) > 0.85 and acc("copy", "none", 2) > 0.8
+    assert acc("copy", "alibi", 8) == max(acc("copy", m, 8) for m in METHODS)
+    # recall: the relative methods stay near 1; absolute ones decline
+    for m in ("alibi", "shaw", "xl", "da"):
+        assert acc("recall", m, 8) >= 0.985
+    for m in ("learned", "sinusoidal"):
+        assert acc("recall", m, 8) < 0.75
+    assert acc("recall", "rope", 8) < 0.85 and acc("recall", "none", 8) < 0.85
+    # ascending: no positions needed; RoPE near chance from 4L
+    assert acc("ascending", "none", 8) > 0.85 and acc("ascending", "learned", 8) > 0.85
+    assert acc("ascending", "rope", 4) < 0.6 and acc("ascending", "rope", 8) < 0.6
+    assert acc("ascending", "shaw", 8) > 0.99
