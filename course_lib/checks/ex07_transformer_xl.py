@@ -22,7 +22,14 @@ import torch.nn.functional as F
 from course_lib.transformer_xl import rel_attention_scores as _ref_scores
 from course_lib.transformer_xl import rel_shift as _ref_shift
 
-from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    passed,
+    require_plain,
+)
 
 __all__ = [
     "check_rel_attention_scores",
@@ -84,6 +91,7 @@ def _require_shape(got, shape: torch.Size, what: str) -> torch.Tensor:
             f"{what} should return a torch.Tensor of shape {tuple(shape)}, "
             f"got {type(got).__name__}"
         )
+    require_plain(got, what)
     if got.shape != shape:
         raise CheckFailed(
             f"{what} has the wrong shape: expected {tuple(shape)}, "
