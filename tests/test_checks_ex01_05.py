@@ -479,3 +479,17 @@ def test_the_dtype_of_p_follows_the_default_dtype() -> None:
             g01.check_permutation_matrix(lambda perm: z01.perm_eye_rows(perm).float())
     finally:
         torch.set_default_dtype(saved)
+
+
+def test_an_answer_within_tolerance_is_never_called_a_known_mistake() -> None:
+    """A mistake 1.5 tolerances away from the right answer, an answer 0.8 away from
+    the right one (and 0.7 from the mistake): the answer is right, and passes."""
+    from course_lib.checks._core import Mistake, expect_close
+
+    expected = torch.tensor([1.0, 2.0])
+    mistake = Mistake(expected + 1.5e-5, "the known mistake")
+    expect_close(expected + 0.8e-5, expected, what="x", atol=1e-5, rtol=0.0,
+                 mistakes=[mistake])
+    with pytest.raises(CheckFailed, match="the known mistake"):
+        expect_close(expected + 1.4e-5, expected, what="x", atol=1e-5, rtol=0.0,
+                     mistakes=[mistake])

@@ -163,7 +163,9 @@ def _check_rescale_properties(fn, gen: torch.Generator) -> None:
             f"{[round(t, 4) for t in bound[:, 0].tolist()]}, got "
             f"{[round(t, 4) for t in got[:, -1].tolist()]}"
         )
-    if bool((got[:, 1:] < got[:, :-1] - 1e-6).any()):
+    # Relative slack: a saturated float32 R_hat may drop by one rounding step.
+    previous = got[:, :-1].double()
+    if bool((got[:, 1:].double() < previous - 1e-6 * previous.abs() - 1e-7).any()):
         raise CheckFailed(f"{call}: for w > 0, R_hat must not decrease with distance")
 
 
