@@ -625,3 +625,15 @@ def test_stored_results_support_the_claims_of_chapter_10(stored):
     assert acc("ascending", "none", 8) > 0.85 and acc("ascending", "learned", 8) > 0.85
     assert acc("ascending", "rope", 4) < 0.6 and acc("ascending", "rope", 8) < 0.6
     assert acc("ascending", "shaw", 8) > 0.99
+
+
+def test_canary_detects_changed_numbers():
+    from course_lib.experiments import canary, canary_matches
+
+    now = canary()
+    assert set(now) == set(METHODS) and all(len(v) == 6 for v in now.values())
+    assert canary_matches({"meta": {"canary": now}}) is True
+    changed = {m: list(v) for m, v in now.items()}
+    changed["rope"][-1] += 1e-3
+    assert canary_matches({"meta": {"canary": changed}}) is False
+    assert canary_matches({"meta": {}}) is None

@@ -24,6 +24,7 @@ import argparse
 import concurrent.futures as cf
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
@@ -46,8 +47,11 @@ from .model import CUSTOM, METHOD_LABELS, METHODS, ModelConfig, TinyTransformer
 from .tasks import TASKS
 
 __all__ = [
+    "CANARY",
     "RESULTS_PATH",
     "LabConfig",
+    "canary",
+    "canary_matches",
     "code_version",
     "evaluate",
     "format_table",
@@ -320,6 +324,7 @@ def _t_cdf(x: float, df: int) -> float:
     return 0.5 + total * h / 3
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """Quantile of Student's t distribution with ``df`` degrees of freedom.
 
@@ -437,6 +442,49 @@ def code_version() -> dict[str, Any]:
     return {"source_sha256": h.hexdigest(), "git_commit": commit, "git_dirty": dirty}
 
 
+CANARY = LabConfig(tasks=("recall",), steps=6, batch_size=16, train_length=8,
+                   multipliers=(1, 2), d_model=16, n_heads=2, d_ff=32,
+                   eval_sequences=16)
+"""The tiny configuration of :func:`canary`."""
+
+
+def canary() -> dict[str, list[float]]:
+    """A few training steps of every method on a tiny configuration.
+
+    The stored results keep these numbers. Recomputing them later tells whether the
+    current code still computes what produced the results, whatever edits (comments,
+    refactors) changed the source files since: a source fingerprint changes with every
+    edit, the canary only when the numbers do.
+
+    Returns:
+        ``{method: training loss of each step}`` for every method of
+        :data:`~.model.METHODS` (seed 0, associative recall, :data:`CANARY`).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {m: train_run("recall", m, 0, CANARY)["loss_curve"] for m in METHODS}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def canary_matches(results: dict[str, Any], *, atol: float = 1e-4) -> bool | None:
+    """Whether the current code reproduces the canary stored with ``results``.
+
+    Returns:
+        True or False, or None when the results hold no canary.
+    """
+    stored = results.get("meta", {}).get("canary")
+    if not stored:
+        return None
+    now = canary()
+    return set(now) == set(stored) and all(
+        len(now[m]) == len(stored[m])
+        and all(abs(a - b) <= atol for a, b in zip(now[m], stored[m], strict=True))
+        for m in now
+    )
+
+
 def _init_worker() -> None:
     torch.set_num_threads(1)
 
@@ -464,8 +512,9 @@ def run_lab(
 
     Returns:
         ``{"meta": {...}, "runs": [...], "summary": [...]}``, ready for
-        :func:`save_results`; ``meta`` records the code version, settings, seeds,
-        timings, machine and load average before and after.
+        :func:`save_results`; ``meta`` records the code version, the
+        :func:`canary`, settings, seeds, timings, machine and load average before and
+        after.
     """
     from tqdm.auto import tqdm
 
@@ -474,6 +523,7 @@ def run_lab(
     jobs = [(t, m, s, cfg.to_dict())
             for t in cfg.tasks for m in cfg.methods for s in cfg.seeds]
     version = code_version()  # before the runs: the code that produces them
+    check = canary()
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC)
     start = time.perf_counter()
@@ -508,6 +558,7 @@ def run_lab(
     cpu = [r["cpu_seconds"] for r in runs]
     meta = {
         "code_version": version,
+        "canary": check,
         "settings": cfg.to_dict(),
         "seeds": list(cfg.seeds),
         "started_utc": started.isoformat(timespec="seconds"),
