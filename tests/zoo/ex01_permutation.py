@@ -207,6 +207,13 @@ def perm_sorts_its_list(perm):
     return p
 
 
+def perm_sparse(perm):
+    """A sparse matrix: P @ x works, but the task asks for a dense float32 matrix."""
+    n = len(perm)
+    index = torch.stack((torch.arange(n), torch.as_tensor(perm)))  # (2, n)
+    return torch.sparse_coo_tensor(index, torch.ones(n), (n, n))
+
+
 def perm_vector(perm):
     return torch.as_tensor(perm, dtype=torch.float32)
 
@@ -260,6 +267,7 @@ WRONG = {
         (perm_one_hot_float64, "instead of torch.float32; the task asks for float32",
          True),
         (perm_sorts_its_list, "changed its input perm in place", True),
+        (perm_sparse, "should be an ordinary dense tensor", True),
     ],
 }
 
