@@ -188,8 +188,8 @@ def _alibi_mask_blocks(
     Each entry is ``(start, stop, keys, mask)``: queries ``start:stop`` attend to
     keys ``:keys``. Without ``causal`` there is one block with every key. Built once
     per shape, dtype and device and cached; the least recently used entries are
-    dropped while the cache holds more than ``MASK_CACHE_BYTES`` (so an entry larger
-    than that is built again at every call).
+    dropped while the cache holds more than ``MASK_CACHE_BYTES``, and an entry larger
+    than that is not kept (it is built again at every call).
     """
     key = (n_heads, q_len, k_len, causal, dtype, device)
     blocks = _MASK_CACHE.get(key)
@@ -209,9 +209,10 @@ def _alibi_mask_blocks(
             mask = bias[:, :, start:stop, :keys].clone()  # (1, H, stop-start, keys)
             entries.append((start, stop, keys, mask))
         blocks = tuple(entries)
-    _MASK_CACHE[key] = blocks
-    while _cache_bytes() > MASK_CACHE_BYTES:  # drop the least recently used
-        _MASK_CACHE.popitem(last=False)
+    if sum(m.numel() * m.element_size() for *_, m in blocks) <= MASK_CACHE_BYTES:
+        _MASK_CACHE[key] = blocks
+        while _cache_bytes() > MASK_CACHE_BYTES:  # drop the least recently used
+            _MASK_CACHE.popitem(last=False)
     return blocks
 
 

@@ -22,6 +22,7 @@ Learning with a Unified Text-to-Text Transformer", JMLR 2020.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -93,6 +94,19 @@ def relative_position_index(q_len: int, k_len: int, max_distance: int) -> torch.
     q, k = _lengths(fn, q_len, k_len)
     K = require_positive_int(fn, "max_distance", max_distance)
     return _relative_positions(q, k).clamp(-K, K) + K  # (q_len, k_len)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_relative_index(
+    q_len: int, k_len: int, max_distance: int, device: torch.device
+) -> torch.Tensor:
+    """:func:`relative_position_index` on ``device``, cached per lengths (read only).
+
+    Four entries of ``8 * q_len * k_len`` bytes at most; a layer calls it with one
+    length, so the grid is built once instead of at every forward.
+    """
+    with torch.inference_mode(False):  # usable later outside inference_mode too
+        return relative_position_index(q_len, k_len, max_distance).to(device)
 
 
 def shaw_relative_attention(
@@ -173,7 +187,7 @@ def shaw_relative_attention(
             f"need 1 <= q_len <= k_len (queries are the last q_len keys), "
             f"got q {tuple(q.shape)} and k {tuple(k.shape)}",
         )
-    idx = relative_position_index(q_len, k_len, K).to(q.device)  # (Lq, Lk)
+    idx = _cached_relative_index(q_len, k_len, K, q.device)  # (Lq, Lk), cached
     idx = idx.expand(batch, heads, q_len, k_len)  # (B, H, Lq, Lk)
 
     content = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)

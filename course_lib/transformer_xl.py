@@ -177,6 +177,11 @@ def rel_attention_scores(
     and ``-inf`` where ``j > i'`` (key after the query). ``(q + u) k^T`` gives terms
     (a) and (c); ``rel_shift((q + v) r^T)`` gives (b) and (d).
 
+    Only two tensors of the scores' size are made: ``1/sqrt(D)`` is applied to the
+    small ``(B, H, Lq, D)`` operands, (a) + (c) is accumulated by ``baddbmm_`` into
+    the shifted (b) + (d), and the mask is applied in place. No ``(Lq, Lk, D)``
+    tensor of per-pair embeddings ever exists.
+
     Args:
         q: ``(B, H, Lq, D)`` queries (the last ``Lq`` positions).
         k: ``(B, H, Lk, D)`` keys (memory then current segment).
@@ -192,11 +197,15 @@ def rel_attention_scores(
     """
     fn = "rel_attention_scores"
     _, _, q_len, k_len, dim = _check_scores_args(fn, q, k, r, u, v)
-    content = (q + u[None, :, None, :]) @ k.transpose(-2, -1)  # (B, H, Lq, Lk): a + c
-    by_distance = torch.einsum("bhqd,hkd->bhqk", q + v[None, :, None, :], r)  # b + d
-    scores = (content + rel_shift(by_distance)) / math.sqrt(dim)  # (B, H, Lq, Lk)
+    scale = 1.0 / math.sqrt(dim)
+    q_v = (q + v[None, :, None, :]) * scale  # (B, H, Lq, D)
+    by_distance = q_v @ r.transpose(-2, -1)  # (B, H, Lq, Lk): b + d, column = distance
+    scores = rel_shift(by_distance)  # (B, H, Lq, Lk): column = key
+    q_u = ((q + u[None, :, None, :]) * scale).reshape(-1, q_len, dim)  # (B*H, Lq, D)
+    keys = k.reshape(-1, k_len, dim).transpose(1, 2)  # (B*H, D, Lk)
+    scores.view(-1, q_len, k_len).baddbmm_(q_u, keys)  # += a + c, in place
     future = ~transformer_xl_mask(q_len, k_len).to(q.device)  # (Lq, Lk)
-    return scores.masked_fill(future, float("-inf"))
+    return scores.masked_fill_(future, float("-inf"))
 
 
 def rel_attention_scores_gather(
