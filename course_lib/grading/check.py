@@ -10,6 +10,7 @@ shows the grader's message either way. No course folder or gradebook is needed.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -122,7 +123,8 @@ def check_notebook(
             timer.start()
         with kernel_context(context):
             try:
-                client.execute()
+                # the kernel's own log lines (stderr) are not the student's concern
+                client.execute(stderr=subprocess.DEVNULL)
             except DeadKernelError:
                 if context.killed:
                     problems.append(
