@@ -43,6 +43,8 @@ __all__ = ["GraderCall", "VerifiedExecute", "grader_calls", "pristine_graders"]
 _START = "import course_lib.checks._record as _r; _r.start(); del _r"
 _EXEC_LINES = f"--IPKernelApp.exec_lines={_START}"
 _RECORD = "course_lib.checks._record"
+# Errors after which the kernel may still be busy with the cell.
+_BUSY = {"CellTimeoutError", "DeadKernelError", "UnresponsiveKernelError"}
 
 
 def pristine_graders() -> dict[str, dict[str, Callable]]:
@@ -219,12 +221,18 @@ class VerifiedExecute(GradingExecute):
         return cell, resources
 
     def _verify(self, cell: NotebookNode, calls: list[GraderCall]) -> None:
-        outputs = cell.get("outputs", [])
-        if any(o.get("output_type") == "error" for o in outputs):
-            return  # failed in the kernel: zero points whatever the replay says
+        errors = [
+            o.get("ename", "")
+            for o in cell.get("outputs", [])
+            if o.get("output_type") == "error"
+        ]
+        if any(e in _BUSY for e in errors):
+            return  # the kernel may still be running the cell: no probe
         try:
             report = self._probe(cell, calls)
         except Exception as exc:  # noqa: BLE001 - any failure of the probe
+            if errors:
+                return  # failed in the kernel anyway: its error stays
             cell.outputs = [
                 _failure(
                     "TamperingDetected",
@@ -233,6 +241,13 @@ class VerifiedExecute(GradingExecute):
                     f"{str(exc)[:300]})",
                 )
             ]
+            return
+        if errors:
+            # Failed in the kernel: zero points whatever the replay says; the
+            # message says so when the kernel was tampered with.
+            tampering = self._tampering(report)
+            if tampering is not None:
+                cell.outputs = [tampering]
             return
         cell.outputs = self._judge(calls, report)
 
@@ -271,6 +286,25 @@ class VerifiedExecute(GradingExecute):
         )
         return await self.async_wait_for_reply(msg_id, cell)
 
+    @staticmethod
+    def _tampering(report: dict[str, Any]) -> NotebookNode | None:
+        """The failure to show when the kernel reports tampering, else ``None``."""
+        if not report.get("active"):
+            return _failure(
+                "TamperingDetected",
+                "tampering detected: the grading recorder in the kernel was "
+                "stopped or replaced by code in the notebook (or failed to "
+                "start), so this test cannot be trusted",
+            )
+        tamper = [str(t)[:120] for t in report.get("tamper") or []][:8]
+        if tamper:
+            return _failure(
+                "TamperingDetected",
+                "tampering detected: code in the notebook replaced "
+                f"{', '.join(tamper)}; the graders cannot trust this kernel",
+            )
+        return None
+
     def _judge(
         self, calls: list[GraderCall], report: dict[str, Any]
     ) -> list[NotebookNode]:
@@ -278,24 +312,9 @@ class VerifiedExecute(GradingExecute):
         from course_lib.checks import _record
         from course_lib.checks._core import CheckFailed
 
-        if not report.get("active"):
-            return [
-                _failure(
-                    "TamperingDetected",
-                    "tampering detected: the grading recorder in the kernel was "
-                    "stopped or replaced by code in the notebook (or failed to "
-                    "start), so this test cannot be trusted",
-                )
-            ]
-        tamper = [str(t)[:120] for t in report.get("tamper") or []][:8]
-        if tamper:
-            return [
-                _failure(
-                    "TamperingDetected",
-                    "tampering detected: code in the notebook replaced "
-                    f"{', '.join(tamper)}; the graders cannot trust this kernel",
-                )
-            ]
+        tampering = self._tampering(report)
+        if tampering is not None:
+            return [tampering]
         values = dict(zip(report["names"], report.get("args") or [], strict=False))
         events = report.get("events")
         if not isinstance(events, list):

@@ -189,7 +189,7 @@ class SandboxLauncher(KernelLauncher):
 
     def bwrap_path(self) -> str:
         path = self.settings.bwrap or shutil.which("bwrap")
-        if not path:
+        if not path or not os.access(path, os.X_OK):
             raise SandboxError(
                 "bubblewrap (the `bwrap` program) is not installed; install it with "
                 "`apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install "

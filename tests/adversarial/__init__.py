@@ -1,0 +1,1 @@
+"""Hostile submissions for the sandbox and grader-integrity tests."""
