@@ -637,3 +637,57 @@ def test_canary_detects_changed_numbers():
     changed["rope"][-1] += 1e-3
     assert canary_matches({"meta": {"canary": changed}}) is False
     assert canary_matches({"meta": {}}) is None
+
+
+# ---------------------------------------------------------- the ex10_lab notebooks
+
+
+def _cells(path):
+    nb = json.loads(path.read_text())
+    return [(c["cell_type"], c["metadata"].get("nbgrader", {}), "".join(c["source"]))
+            for c in nb["cells"]]
+
+
+def test_source_notebook_follows_the_exercise_contract(root):
+    cells = _cells(root / "solutions" / "ex10_lab" / "ex10_lab.ipynb")
+    by_id = {m["grade_id"]: (kind, m, src) for kind, m, src in cells if m}
+    for fn in ("log_distance_bias", "retained_skill"):
+        _, answer, src = by_id[f"{fn}__answer"]
+        assert answer["solution"] and not answer["grade"]
+        assert "### BEGIN SOLUTION" in src and "### END SOLUTION" in src
+        _, public, src = by_id[f"{fn}__public"]
+        assert public["locked"] and public["points"] == 1
+        assert src.rstrip().endswith(f"check_{fn}({fn})")
+        _, hidden, src = by_id[f"{fn}__hidden"]
+        assert hidden["locked"] and hidden["points"] == 2
+        assert src == f"### BEGIN HIDDEN TESTS\ngrade_{fn}({fn})\n### END HIDDEN TESTS"
+    kind, written, src = by_id["lab_interpretation__answer"]
+    assert kind == "markdown" and written["points"] == 3 and written["solution"]
+
+
+def test_solution_cells_pass_their_checks(root, capsys):
+    namespace: dict = {}
+    for kind, meta, src in _cells(root / "solutions" / "ex10_lab" / "ex10_lab.ipynb"):
+        if kind == "code" and (meta.get("solution") or src.startswith("import math")):
+            exec(src, namespace)  # noqa: S102 - the course's own notebook
+    g10.check_log_distance_bias(namespace["log_distance_bias"])
+    g10.check_retained_skill(namespace["retained_skill"])
+    g10.grade_retained_skill(namespace["retained_skill"])
+    torch.testing.assert_close(
+        namespace["log_distance_bias"](1, 3),
+        torch.tensor([[[0.0, -math.inf, -math.inf],
+                       [-math.log(2) / 256, 0.0, -math.inf],
+                       [-math.log(3) / 256, -math.log(2) / 256, 0.0]]]),
+    )
+    assert capsys.readouterr().err == ""
+
+
+def test_release_notebook_has_stubs_and_no_solutions(root):
+    cells = _cells(root / "notebooks" / "ex10_lab" / "ex10_lab.ipynb")
+    text = "\n".join(src for _, _, src in cells)
+    assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
+    assert "log1p(back" not in text and "base <= chance" not in text
+    stubs = [src for _, m, src in cells if m.get("solution")]
+    assert len(stubs) == 3
+    assert all("raise NotImplementedError()" in s for s in stubs[:2])
+    assert stubs[2] == "YOUR ANSWER HERE"
