@@ -1,0 +1,220 @@
+"""The book, built strictly and read in a real browser.
+
+One session fixture builds the whole book with ``jupyter-book build -W -n
+--keep-going`` into a temporary directory (a failing cell, a broken reference or a
+missing citation fails the build). It reuses the execution cache of an earlier
+``make book`` when there is one, so the notebooks are re-executed only when their
+source changed, while every page is still rendered and checked afresh.
+
+The browser test serves the HTML on 127.0.0.1 and visits every page of ``_toc.yml``
+in Debian's Chromium driven by Playwright.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+KNOWN_JS_ERROR = "THEBE_JS_URL"  # sphinx-thebe declares it twice on every page
+
+pytestmark = pytest.mark.slow
+
+
+def toc_pages() -> list[str]:
+    """Every page of the table of contents, as paths without suffix (book/05-alibi)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [c["file"] for c in part.get("chapters", [])]
+    return pages
+
+
+def source_of(page: str) -> Path:
+    for suffix in (".md", ".ipynb"):
+        path = ROOT / f"{page}{suffix}"
+        if path.exists():
+            return path
+    raise FileNotFoundError(page)
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("book")
+    cache = ROOT / "_build" / ".jupyter_cache"
+    if cache.is_dir():
+        shutil.copytree(cache, out / "_build" / ".jupyter_cache")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run(
+        [
+            str(jb),
+            "build",
+            str(ROOT),
+            "--path-output",
+            str(out),
+            "-W",
+            "-n",
+            "--keep-going",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"strict book build failed:\n{log[-6000:]}"
+    html = out / "_build" / "html"
+    assert (html / "index.html").is_file()
+    return html
+
+
+def test_every_toc_page_has_a_source() -> None:
+    for page in toc_pages():
+        assert source_of(page).is_file(), page
+
+
+def test_every_chapter_is_an_executed_notebook() -> None:
+    """A MyST page without the jupytext header is not executed (only a warning)."""
+    for page in toc_pages():
+        text = source_of(page).read_text()
+        if "```{code-cell}" in text:
+            assert text.startswith("---\njupytext:"), (
+                f"{page}: code cells but no header"
+            )
+
+
+def test_strict_build_renders_every_page(built_book: Path) -> None:
+    for page in toc_pages():
+        assert (built_book / f"{page}.html").is_file(), page
+
+
+def test_book_is_self_contained(built_book: Path) -> None:
+    """MathJax comes from the local copy; no page loads scripts from a CDN; nothing of
+    the solutions reaches the HTML."""
+    assert (built_book / "_static/mathjax/es5/tex-mml-chtml.js").is_file()
+    for page in toc_pages():
+        html = (built_book / f"{page}.html").read_text()
+        assert "mathjax/es5/tex-mml-chtml.js" in html, page
+        for src in re.findall(r'<script[^>]+src="([^"]+)"', html):
+            assert not src.startswith(("http:", "https:", "//")), (page, src)
+        for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS"):
+            assert marker not in html, (page, marker)
+
+
+@pytest.fixture(scope="session")
+def server(built_book: Path):
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(built_book)
+    )
+    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("/usr/bin/chromium is missing: `make test` installs it")
+        pytest.skip("Debian chromium is not installed (`make test` installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield b
+        b.close()
+
+
+# Text outside code that still holds TeX delimiters means MathJax did not typeset it.
+_VISIBLE_TEXT = """() => {
+  const body = document.querySelector('main') || document.body;
+  const copy = body.cloneNode(true);
+  copy.querySelectorAll('pre, code, script, style, mjx-container, .MathJax')
+      .forEach(e => e.remove());
+  return copy.textContent;
+}"""
+
+_IMAGES = """() => Array.from(document.images).map(
+  i => ({src: i.currentSrc || i.src, ok: i.complete && i.naturalWidth > 0}))"""
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_page_in_browser(page: str, server: str, browser) -> None:
+    ctx = browser.new_context()
+    tab = ctx.new_page()
+    js_errors: list[str] = []
+    outside: list[str] = []
+    tab.on("pageerror", lambda e: js_errors.append(str(e)))
+    tab.on(
+        "console",
+        lambda m: js_errors.append(m.text) if m.type == "error" else None,
+    )
+
+    def route(r):
+        url = urlparse(r.request.url)
+        if url.scheme in ("http", "https", "ws", "wss") and url.hostname != "127.0.0.1":
+            outside.append(r.request.url)
+            return r.abort()
+        return r.continue_()
+
+    tab.route("**/*", route)
+    try:
+        tab.goto(f"{server}/{page}.html", wait_until="load")
+        tab.wait_for_load_state("networkidle")
+        source = source_of(page).read_text()
+        has_math = bool(re.search(r"\$[^$\s]|\\\(|\{math\}|```\{math\}", source))
+        if has_math:
+            tab.wait_for_function(
+                "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+            )
+            tab.evaluate("() => MathJax.startup.promise")
+            assert tab.locator("mjx-container").count() > 0, f"{page}: no typeset math"
+        title = tab.title()
+        h1 = tab.locator("h1").first.inner_text().strip().rstrip("#").strip()
+        assert h1 and h1 in title, f"{page}: title {title!r} lacks heading {h1!r}"
+        text = tab.evaluate(_VISIBLE_TEXT)
+        for raw in ("$$", "\\(", "\\[", "\\begin{"):
+            assert raw not in text, f"{page}: raw TeX {raw!r} left in the page"
+        images = tab.evaluate(_IMAGES)
+        broken = [i["src"] for i in images if not i["ok"]]
+        assert not broken, f"{page}: images did not load: {broken}"
+        if "course_lib.viz" in source or "from course_lib import viz" in source:
+            figures = tab.locator(".cell_output img").count()
+            assert figures > 0, f"{page}: uses course_lib.viz but shows no figure image"
+        outputs = " ".join(tab.locator(".cell_output").all_inner_texts())
+        assert "Traceback (most recent call last)" not in outputs, page
+        assert tab.locator(".cell_output .output.error, .output.traceback").count() == 0
+        assert tab.locator(".cell_output .output.stderr").count() == 0, (
+            f"{page}: a cell wrote to stderr (warnings show up in the book)"
+        )
+        assert not outside, f"{page}: requests left the machine: {outside}"
+        unexpected = [e for e in js_errors if KNOWN_JS_ERROR not in e]
+        assert not unexpected, f"{page}: JavaScript errors: {unexpected}"
+    finally:
+        ctx.close()
