@@ -5,8 +5,9 @@ inside a graded function (so the grader's message records what the attack ran
 into) or in a cell of its own. :func:`build_class` returns, per student, the
 notebook and what grading must record: the points of every test cell, and a phrase
 of the failure message (or of the reason the submission could not be graded).
-The points follow from what the attack does to the function it sits in: a function
-that raises scores 0 in its two cells, the untouched one keeps its 3 points.
+The points follow from what the attack does to the function it sits in: attacks sit
+in ``alibi_bias`` (which calls ``alibi_slopes``, so not the other way round); a
+function that raises scores 0 in its two cells, ``alibi_slopes`` keeps its 3 points.
 """
 
 from __future__ import annotations
@@ -81,7 +82,6 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
     slopes, bias = sol["alibi_slopes__answer"], sol["alibi_bias__answer"]
     full = dict(POINTS)
     slopes_only = {c: POINTS[c] for c in SLOPES}
-    bias_only = {c: POINTS[c] for c in BIAS}
 
     def nb(slopes_src: str = slopes, bias_src: str = bias, extra: str = ""):
         book = student_notebook(
@@ -112,15 +112,15 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
         # ---- reads the solutions: the file does not exist in the sandbox
         "read_solutions": Case(
             nb(
-                slopes_src=_inject(
-                    slopes,
+                bias_src=_inject(
+                    bias,
                     f"""
                     leaked = open({str(t.solution_notebook)!r}).read()
                     print(leaked)  # into the student's own notebook
                     """,
                 )
             ),
-            bias_only,
+            slopes_only,
             message="FileNotFoundError",
         ),
         # ---- opens the gradebook (the course's, and the grading worker's copy)
@@ -165,8 +165,8 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
         # ---- opens a socket to the grader's loopback (a server of the test listens)
         "socket": Case(
             nb(
-                slopes_src=_inject(
-                    slopes,
+                bias_src=_inject(
+                    bias,
                     f"""
                     import socket
                     address = ("127.0.0.1", {t.port})
@@ -175,37 +175,44 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
                     """,
                 )
             ),
-            bias_only,
+            slopes_only,
             message="ConnectionRefusedError",
         ),
-        # ---- a fork bomb: every process forks until the process limit stops it
+        # ---- a fork bomb: every process forks again, 2**12 processes are asked
+        # for; the process limit refuses most (each refusal is counted in a pipe)
         "fork_bomb": Case(
             nb(
-                slopes_src=_inject(
-                    slopes,
+                bias_src=_inject(
+                    bias,
                     """
                     import os
-                    root, kids, error = os.getpid(), [], None
-                    while True:
+                    root, (read_end, write_end) = os.getpid(), os.pipe()
+                    depth, kids = 12, []
+                    while depth > 0:
+                        depth -= 1
                         try:
                             pid = os.fork()
-                        except OSError as exc:
-                            error = exc
+                        except OSError:
+                            os.write(write_end, b"x")
                             break
                         if pid == 0:
-                            kids = []  # the child forks on, too
+                            kids = []  # the child forks on with what depth is left
                         else:
                             kids.append(pid)
                     for pid in kids:
                         os.waitpid(pid, 0)
                     if os.getpid() != root:
                         os._exit(0)
-                    raise RuntimeError(f"fork bomb stopped: {error}")
+                    os.close(write_end)
+                    refused = len(os.read(read_end, 1 << 16))
+                    os.close(read_end)
+                    if refused:
+                        raise RuntimeError(f"{refused} forks refused by the limit")
                     """,
                 )
             ),
-            bias_only,
-            message="Resource temporarily unavailable",
+            slopes_only,
+            message="forks refused by the limit",
         ),
         # ---- allocates 30 GB
         "alloc_30gb": Case(
