@@ -126,7 +126,9 @@ class OffsetBlockDerivation(NamedTuple):
 
     Attributes:
         block: the 2x2 matrix :math:`M(k)` with :math:`M\,PE(p) = PE(p+k)`.
-        p, k, omega: the sympy symbols used.
+        p: the sympy symbol of the position.
+        k: the sympy symbol of the offset.
+        omega: the sympy symbol of the pair's frequency.
         residual: ``simplify(block * PE(p) - PE(p + k))``, the zero vector.
         d_block_d_p: ``diff(block, p)``, the zero matrix (no dependence on ``p``).
         gram_minus_identity: ``simplify(block.T * block - I)``, the zero matrix.
@@ -159,7 +161,7 @@ def derive_offset_block() -> OffsetBlockDerivation:
 
     Raises:
         AssertionError: if any of the four proofs does not simplify to zero / one
-        (it cannot, unless sympy changes; the tests pin it).
+            (it cannot, unless sympy changes; the tests pin it).
 
     Example:
         >>> d = derive_offset_block()
