@@ -1393,3 +1393,118 @@ def plot_lab_heatmap(results: dict) -> Figure:
     ax.set_xlabel("test length (tokens) per task")
     fig.colorbar(im, ax=ax, shrink=0.9, label="accuracy")
     return fig
+
+
+# --------------------------------------------------------------------------------------
+# --- Chapters 2-4 (additions) ---: how close the rows of the sinusoidal table come,
+# and the offset matrix M(k) as a picture
+# --------------------------------------------------------------------------------------
+
+__all__ += ["plot_offset_matrix", "plot_row_separation"]
+
+
+@_styled
+def plot_row_separation(
+    d_models: Sequence[int] = (4, 8, 16, 64),
+    max_offset: int = 100_000,
+    *,
+    base: float = 10000.0,
+) -> Figure:
+    r"""The closest two rows of the sinusoidal table come within a range of offsets.
+
+    The distance between two rows depends only on their offset :math:`k`,
+
+    .. math::
+
+        \lVert PE_p - PE_{p+k} \rVert^2 = 2 \sum_i \bigl(1 - \cos k\omega_i\bigr),
+
+    so the closest pair among :math:`K + 1` consecutive positions is
+    :math:`\min_{1 \le k \le K} \lVert PE_0 - PE_k \rVert`. The figure draws that
+    running minimum against :math:`K` for several widths, with the rows taken from
+    :func:`~course_lib.sinusoidal.sinusoidal_encoding`.
+
+    Args:
+        d_models: encoding widths, one line each (even).
+        max_offset: the largest offset :math:`K` drawn.
+        base: frequency base.
+
+    Returns:
+        Figure with one axes (log-log) and one step line per width: x holds the offsets
+        where the running minimum drops, then ``max_offset``; y holds the running
+        minimum there (``drawstyle="steps-post"``).
+    """
+    from .sinusoidal import sinusoidal_encoding
+
+    fn = "plot_row_separation"
+    max_offset = require_positive_int(fn, "max_offset", max_offset)
+    widths = [require_positive_int(fn, "d_models[...]", d) for d in d_models]
+    if not widths or any(d % 2 for d in widths):
+        fail(fn, f"d_models must be a non-empty list of even widths, "
+             f"got {list(d_models)}")
+    fig = _figure(6.4, 3.0)
+    ax = fig.subplots()
+    for d in widths:
+        pe = sinusoidal_encoding(max_offset + 1, d, base=base).double()  # (K+1, d)
+        dist = (pe[1:] - pe[0]).norm(dim=-1)  # (K,): offset k = 1..K
+        running = torch.cummin(dist, dim=0).values  # (K,)
+        drops = torch.nonzero(running[1:] < running[:-1]).flatten() + 1
+        idx = torch.cat((torch.zeros(1, dtype=torch.long), drops,
+                         torch.tensor([max_offset - 1])))
+        ax.plot((idx + 1).numpy(), running[idx].numpy(), drawstyle="steps-post",
+                lw=1.4, label=f"$d_{{model}} = {d}$")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("range of offsets $K$ (positions)")
+    ax.set_ylabel(r"$\min_{1 \leq k \leq K} \|PE_0 - PE_k\|$")
+    ax.set_title("Distance between the two closest rows among $K+1$ positions")
+    ax.legend(loc="lower left")
+    return fig
+
+
+@_styled
+def plot_offset_matrix(
+    k: int = 1, d_model: int = 8, *, base: float = 10000.0
+) -> Figure:
+    r"""The matrix :math:`M(k)` with :math:`PE_{p+k} = M(k)\,PE_p`, entry by entry.
+
+    Block :math:`i` (rows and columns :math:`2i, 2i+1`) is
+    :math:`\begin{pmatrix}\cos k\omega_i & \sin k\omega_i \\ -\sin k\omega_i &
+    \cos k\omega_i\end{pmatrix}`, taken from :func:`~course_lib.rotation.offset_matrix`;
+    every entry outside the blocks is 0.
+
+    Args:
+        k: the offset.
+        d_model: encoding width, even, at most 12 so that the entries stay legible.
+        base: frequency base.
+
+    Returns:
+        Figure with one axes whose image is ``offset_matrix(k, d_model, base=base)``
+        in float64, each cell labelled with its value.
+    """
+    from .rotation import offset_matrix
+
+    fn = "plot_offset_matrix"
+    k = require_int(fn, "k", k)
+    d_model = require_positive_int(fn, "d_model", d_model)
+    if d_model % 2 or d_model > 12:
+        fail(fn, f"d_model must be even and at most 12, got {d_model}")
+    m = offset_matrix(k, d_model, base=base, dtype=torch.float64).numpy()
+    fig = _figure(1.2 + 0.48 * d_model, 0.9 + 0.42 * d_model)
+    ax = fig.subplots()
+    im = ax.imshow(m, cmap=_DIVERGING, vmin=-1, vmax=1, interpolation="nearest")
+    for (r, c), val in np.ndenumerate(m):
+        if r // 2 == c // 2:
+            ax.text(c, r, f"{val:.3f}", ha="center", va="center", fontsize=6.5,
+                    color="white" if abs(val) > 0.6 else "black")
+    for i in range(d_model // 2):
+        ax.add_patch(Rectangle((2 * i - 0.5, 2 * i - 0.5), 2, 2, fill=False,
+                               edgecolor="0.2", lw=1.0))
+    names = [f"{'sin' if j % 2 == 0 else 'cos'} $\\omega_{j // 2}$"
+             for j in range(d_model)]
+    ax.set_xticks(range(d_model), names, rotation=90)
+    ax.set_yticks(range(d_model), names)
+    ax.set_xlabel("input: column of $PE_p$")
+    ax.set_ylabel("output: column of $PE_{p+k}$")
+    ax.set_title(f"$M({k})$, $d_{{model}} = {d_model}$: one block per frequency")
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    return fig
