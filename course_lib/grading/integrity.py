@@ -27,6 +27,7 @@ import importlib
 import io
 import json
 import pkgutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -173,8 +174,14 @@ class VerifiedExecute(GradingExecute):
         self._cell_bytes = 0
         self._notebook_bytes = 0
         self._truncated: set[int] = set()
+        self._verified, self._verify_seconds = 0, 0.0
         with super().setup_kernel(**kwargs):
             yield
+        self.log.info(
+            "verified %d test cells outside the kernel in %.3f s",
+            self._verified,
+            self._verify_seconds,
+        )
 
     # ------------------------------------------------------------- output cap
 
@@ -214,7 +221,10 @@ class VerifiedExecute(GradingExecute):
         if _is_test_cell(cell):
             calls = grader_calls(cell.source, self._graders, self._imported)
             if calls is not None:
+                start = time.perf_counter()
                 self._verify(cell, calls)
+                self._verified += 1
+                self._verify_seconds += time.perf_counter() - start
         elif cell.get("cell_type") == "code":
             # Imports in any cell tell which module a grader name comes from.
             grader_calls(cell.source, self._graders, self._imported)

@@ -542,6 +542,19 @@ def _probe(launcher: SandboxLauncher) -> str | None:
     return None
 
 
+def _precompile() -> None:
+    """Write the bytecode of ``course_lib`` now: inside the sandbox its folder is
+    read-only, and every kernel would otherwise compile it again."""
+    import compileall
+
+    import course_lib
+
+    with contextlib.suppress(OSError):
+        compileall.compile_dir(
+            os.path.dirname(os.path.realpath(course_lib.__file__)), quiet=2
+        )
+
+
 UNSAFE_WARNING = (
     "grading WITHOUT a sandbox (--unsafe-no-sandbox): student code runs with your "
     "permissions and can read the solutions, change the gradebook, use the network "
@@ -571,7 +584,9 @@ def grading_launcher(
         SandboxSettings(max_processes=max_processes, protected=tuple(protected))
     )
     problem = sandbox_problem(launcher)
-    if problem is not None:
+    if problem is None:
+        _precompile()
+    else:
         raise CourseError(
             f"cannot build the sandbox that keeps student code away from the "
             f"solutions, the gradebook and the network: {problem}. Fix that, or "
