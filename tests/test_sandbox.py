@@ -103,6 +103,28 @@ def test_python_values_and_containers_round_trip():
     assert torch.equal(got["c"]["nested"][0], torch.tensor([1, 2]))
 
 
+def test_dicts_keyed_by_numbers_round_trip():
+    value = {8: 0.5, 16: 0.25, "name": None, 2.5: True}
+    got = _through_json(value)
+    assert got == value and [type(k) for k in got] == [int, int, str, float]
+    assert type(_through_json({(1, 2): 3})).__name__ == "dict"  # tuple keys: opaque
+    with pytest.raises(ValueError, match="key"):
+        _record.decode({"dict": [[{"list": [1]}, 2]]})
+
+
+def test_a_grader_calling_the_function_directly_cannot_be_replayed():
+    fn = _record.StudentFunction("log_distance_bias")
+
+    def grader(f):
+        try:
+            f(4, 8)
+        except Exception:  # noqa: BLE001 - graders wrap errors of the function
+            raise CheckFailed("wrapped") from None
+
+    with pytest.raises(_record.Unreplayable, match="directly"):
+        grader(fn)
+
+
 def test_other_objects_are_recorded_by_type_name_only():
     class Sneaky:
         def __reduce__(self):  # pragma: no cover - never called

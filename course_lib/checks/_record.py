@@ -40,7 +40,9 @@ from typing import Any
 import torch
 
 __all__ = [
+    "StudentFunction",
     "Tampered",
+    "Unreplayable",
     "decode",
     "encode",
     "probe",
@@ -76,11 +78,18 @@ _DTYPES = {
 _NUMPY_KINDS = "biufc"
 MAX_RECORD_BYTES = 64 << 20  # per cell; larger answers are recorded as opaque
 _MAX_DEPTH = 12
+_KEY_TYPES = (str, int, float, bool, type(None))
 _MAX_TEXT = 4000
 
 
 class Tampered(Exception):
     """The kernel's record does not match what the pristine grader does."""
+
+
+class Unreplayable(BaseException):
+    """The grader used the student's function other than through ``call_student``
+    (e.g. inside a model it trains): the record cannot answer that. A
+    ``BaseException``, so that a grader's ``except Exception`` lets it through."""
 
 
 class _Budget:
@@ -146,9 +155,12 @@ def encode(value: Any, budget: _Budget | None = None, depth: int = 0) -> Any:
     if type(value) in (tuple, list):
         key = "tuple" if type(value) is tuple else "list"
         return {key: [encode(v, budget, depth + 1) for v in value[:10_000]]}
-    if type(value) is dict and all(type(k) is str for k in value):
+    if type(value) is dict and all(type(k) in _KEY_TYPES for k in value):
         return {
-            "dict": [[k[:200], encode(v, budget, depth + 1)] for k, v in value.items()]
+            "dict": [
+                [encode(k, budget, depth + 1), encode(v, budget, depth + 1)]
+                for k, v in value.items()
+            ]
         }
     if callable(value):
         return {"callable": str(getattr(value, "__qualname__", type(value).__name__))}
@@ -213,9 +225,12 @@ def decode(obj: Any, budget: _Budget | None = None, depth: int = 0) -> Any:
             raise ValueError("bad dict")
         out = {}
         for pair in body:
-            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+            if type(pair) is not list or len(pair) != 2:
                 raise ValueError("bad dict item")
-            out[pair[0]] = decode(pair[1], budget, depth + 1)
+            key = decode(pair[0], budget, depth + 1)
+            if type(key) not in _KEY_TYPES:
+                raise ValueError("bad dict key")
+            out[key] = decode(pair[1], budget, depth + 1)
         return out
     if tag == "tensor":
         name, shape, data = _parts(body)
@@ -285,9 +300,8 @@ class StudentFunction:
         self.__name__ = self.__qualname__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise Tampered(
-            f"the grader called {self.__name__} directly instead of through "
-            "call_student, which cannot be replayed"
+        raise Unreplayable(
+            f"the grader calls {self.__name__} directly, not through call_student"
         )
 
     def __repr__(self) -> str:

@@ -259,7 +259,15 @@ class VerifiedExecute(GradingExecute):
             if tampering is not None:
                 cell.outputs = [tampering]
             return
-        cell.outputs = self._judge(calls, report)
+        judged = self._judge(calls, report)
+        if judged is None:
+            self.log.info(
+                "test cell %s judged in the kernel only: its grader uses the "
+                "student's function directly",
+                cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"),
+            )
+        else:
+            cell.outputs = judged
 
     def _probe(self, cell: NotebookNode, calls: list[GraderCall]) -> dict[str, Any]:
         names = [v for c in calls for kind, v in c.args if kind == "name"]
@@ -317,8 +325,10 @@ class VerifiedExecute(GradingExecute):
 
     def _judge(
         self, calls: list[GraderCall], report: dict[str, Any]
-    ) -> list[NotebookNode]:
-        """The outputs the cell is scored by: the pristine graders' verdict."""
+    ) -> list[NotebookNode] | None:
+        """The outputs the cell is scored by: the pristine graders' verdict
+        (``None``: the grader cannot be replayed, the kernel's verdict stands; the
+        tampering checks have passed)."""
         from course_lib.checks import _record
         from course_lib.checks._core import CheckFailed
 
@@ -348,6 +358,8 @@ class VerifiedExecute(GradingExecute):
                                 f"the kernel did not report the value of {value}"
                             )
                     grader(*args)
+        except _record.Unreplayable:
+            return None
         except _record.Tampered as exc:
             return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
                 _failure("TamperingDetected", f"tampering detected: {exc}")
