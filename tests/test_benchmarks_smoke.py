@@ -6,6 +6,7 @@ that `make bench` will not fail on a renamed function or a peer's changed API.""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,25 @@ def test_alibi_peers_agree() -> None:
         if name == suite.BASELINE:
             continue  # the floor has no bias: a different function by design
         torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_committed_results_have_every_case_the_book_reads() -> None:
+    """benchmarks/RESULTS.md (read by book/11-making-it-fast.md) is complete: every
+    suite's table lists every implementation at every full size, with a time."""
+    from benchmarks.__main__ import SUITES
+
+    report = (Path(__file__).resolve().parents[1] / "benchmarks/RESULTS.md").read_text()
+    for title, module in SUITES.values():
+        suite = importlib.import_module(module)
+        assert f"## {title}\n" in report, title
+        body = report.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+        rows = [line for line in body.splitlines() if line.startswith("| ")][1:]
+        labels = {
+            (row.split("|")[1].strip(), row.split("|")[2].strip()) for row in rows
+        }
+        for kw in suite.SIZES:
+            size = ", ".join(f"{v}" for v in kw.values())
+            for name in suite.CASES:
+                assert (size, name) in labels, (title, size, name)
+        assert "failed" not in body, title
+    assert "## Fresh output vs existing memory" in report
