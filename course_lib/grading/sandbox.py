@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,9 @@ _PASSED_ENV = (
     "PYTHONHASHSEED",
     "TZ",
 )
+
+
+_BWRAP_OPTIONS: dict[str, frozenset[str]] = {}
 
 
 class SandboxError(RuntimeError):
@@ -197,6 +201,22 @@ class SandboxLauncher(KernelLauncher):
             )
         return path
 
+    def bwrap_options(self) -> frozenset[str]:
+        """The options this bubblewrap knows (``--disable-userns`` came in 0.8,
+        ``--size`` in 0.7); older ones still sandbox, without those extras."""
+        path = self.bwrap_path()
+        known = _BWRAP_OPTIONS.get(path)
+        if known is None:
+            try:
+                text = subprocess.run(
+                    [path, "--help"], capture_output=True, text=True, timeout=30
+                ).stdout
+            except (OSError, subprocess.SubprocessError):
+                text = ""
+            known = frozenset(re.findall(r"^\s*(--[a-z-]+)", text, flags=re.M))
+            _BWRAP_OPTIONS[path] = known
+        return known
+
     def _uid_gid(self) -> tuple[int, int]:
         return self.settings.user if _is_root() else (os.getuid(), os.getgid())
 
@@ -282,9 +302,14 @@ class SandboxLauncher(KernelLauncher):
         limits, s = context.limits, self.settings
         wall = "none" if limits.wall_seconds is None else f"{limits.wall_seconds:g} s"
         who = f"uid {self._uid_gid()[0]}"
+        try:
+            sized = "--size" in self.bwrap_options()
+        except SandboxError:
+            sized = True
+        scratch = format_bytes(s.scratch_bytes) if sized else "unlimited size"
         return (
             f"bubblewrap sandbox ({who}, no network, read-only Python, private "
-            f"tmpfs of {format_bytes(s.scratch_bytes)}), memory "
+            f"tmpfs of {scratch}), memory "
             f"{format_bytes(limits.memory)} (RLIMIT_AS), wall time {wall}, CPU time "
             f"{limits.effective_cpu_seconds or 'unlimited'} s, at most "
             f"{s.max_processes} processes"
@@ -329,11 +354,16 @@ class SandboxLauncher(KernelLauncher):
             mounts.append([str(path), name])
             return str(stage_root / name)
 
+        options = self.bwrap_options()
+
+        def sized(size: int) -> list[str]:
+            return ["--size", str(size)] if "--size" in options else []
+
         argv = [
             self.bwrap_path(),
             "--unshare-all",
             "--unshare-user",
-            "--disable-userns",
+            *(["--disable-userns"] if "--disable-userns" in options else []),
             "--die-with-parent",
             "--info-fd",
             "{info_fd}",
@@ -358,18 +388,15 @@ class SandboxLauncher(KernelLauncher):
             "/proc",
             "--dev",
             "/dev",
-            "--size",
-            str(s.shm_bytes),
+            *sized(s.shm_bytes),
             "--tmpfs",
             "/dev/shm",
-            "--size",
-            str(s.scratch_bytes),
+            *sized(s.scratch_bytes),
             "--tmpfs",
             "/tmp",
             "--dir",
             _HOME,
-            "--size",
-            str(1 << 20),
+            *sized(1 << 20),
             "--tmpfs",
             "/run",
             "--dir",
@@ -380,7 +407,7 @@ class SandboxLauncher(KernelLauncher):
         ]
         # The working directory: a private tmpfs showing the submission's files
         # read-only; whatever the kernel writes there stays in memory.
-        argv += ["--size", str(s.scratch_bytes), "--tmpfs", cwd]
+        argv += [*sized(s.scratch_bytes), "--tmpfs", cwd]
         with os.scandir(cwd) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
                 path = os.path.join(cwd, entry.name)
