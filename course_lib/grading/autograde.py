@@ -153,26 +153,31 @@ def _hash_tree(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _grader_files(assignment: str) -> list[Path]:
-    """The grader of ``assignment`` (``course_lib/checks/<assignment>.py``) and every
-    ``course_lib`` module it imports, directly or through others; all of
-    ``course_lib`` when there is no such grader."""
+def _grader_files(assignment: str, base: Path | None = None) -> list[Path]:
+    """The grader of ``assignment`` (``checks/<assignment>.py`` in the package at
+    ``base``, by default ``course_lib``) and every module of the package it imports,
+    directly or through others (the package ``__init__`` files that Python runs on
+    the way are not followed); every module when there is no such grader."""
     import ast
 
-    import course_lib
+    if base is None:
+        import course_lib
 
-    base = Path(course_lib.__file__).parent
+        base = Path(course_lib.__file__).parent
+    top = base.name
     start = base / "checks" / f"{assignment}.py"
     if not start.is_file():
         return sorted([*base.glob("*.py"), *(base / "checks").glob("*.py")])
 
     def module_file(name: str) -> Path | None:
         parts = name.split(".")[1:]
+        if name.split(".")[0] != top or not parts:
+            return None
         for candidate in (
             base.joinpath(*parts).with_suffix(".py"),
             base.joinpath(*parts, "__init__.py"),
         ):
-            if parts and candidate.is_file():
+            if candidate.is_file():
                 return candidate
         return None
 
@@ -183,26 +188,19 @@ def _grader_files(assignment: str) -> list[Path]:
         if file in seen:
             continue
         seen.add(file)
-        package = ".".join(["course_lib", *file.parent.relative_to(base).parts]).rstrip(
-            "."
-        )
+        package = [top, *file.parent.relative_to(base).parts]
         for node in ast.walk(ast.parse(file.read_text())):
-            names: list[str] = []
+            found: list[Path | None] = []
             if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+                found = [module_file(a.name) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = package.split(".")
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    mod = ".".join([*anchor, *([node.module] if node.module else [])])
-                else:
-                    mod = node.module or ""
-                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
-            for name in names:
-                if name.startswith("course_lib."):
-                    found = module_file(name)
-                    if found is not None:
-                        todo.append(found)
+                anchor = package[: len(package) - node.level + 1] if node.level else []
+                mod = ".".join([*anchor, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    # `from pkg import name`: a submodule if there is one, else an
+                    # attribute of pkg itself
+                    found.append(module_file(f"{mod}.{alias.name}") or module_file(mod))
+            todo += [f for f in found if f is not None]
     return sorted(seen)
 
 
