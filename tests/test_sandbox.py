@@ -392,6 +392,10 @@ _KERNEL_CELLS = {
         "try:\n    open('data.txt', 'a').write('changed')\n    print('writable')\n"
         "except OSError as exc:\n    print(exc.errno)"
     ),
+    "link": (
+        "try:\n    print(open('link.txt').read())\nexcept OSError as exc:\n"
+        "    print(type(exc).__name__)"
+    ),
     "secret": (
         "try:\n    print(open(SECRET).read())\nexcept OSError as exc:\n"
         "    print(type(exc).__name__)"
@@ -437,6 +441,7 @@ def sandboxed_kernel(tmp_path_factory):
     (work / "data.txt").write_text("the submission's file")
     secret = tmp / "secret.txt"
     secret.write_text("instructor only")
+    (work / "link.txt").symlink_to(secret)  # must not lead out of the sandbox
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
@@ -492,6 +497,7 @@ def test_the_kernel_sees_no_secret_and_no_host(sandboxed_kernel):
     env = json.loads(out["env"])
     assert "COURSE_TEST_SECRET_TOKEN" not in env and "JPY_PARENT_PID" not in env
     assert out["secret"] == "FileNotFoundError"
+    assert out["link"] == "FileNotFoundError"
     assert out["net"] in {"ConnectionRefusedError", "OSError"} and not connected
     if os.geteuid() == 0:
         assert out["uid"] == "65534"
@@ -502,11 +508,11 @@ def test_the_kernel_sees_no_secret_and_no_host(sandboxed_kernel):
 def test_the_working_directory_is_a_private_copy(sandboxed_kernel):
     out, work, *_ = sandboxed_kernel
     listing, text = json.loads(out["cwd"])
-    assert listing == ["data.txt"] and text == "the submission's file"
+    assert listing == ["data.txt", "link.txt"] and text == "the submission's file"
     # Bound read-only (EROFS); as root, the sandbox user does not own them either
     # (EACCES comes first).
     assert out["readonly"] in {"30", "13"}
-    assert sorted(p.name for p in work.iterdir()) == ["data.txt"]
+    assert sorted(p.name for p in work.iterdir()) == ["data.txt", "link.txt"]
     assert (work / "data.txt").read_text() == "the submission's file"
 
 

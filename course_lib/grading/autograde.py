@@ -347,8 +347,12 @@ def _prepare_private_course(spec: _WorkerSpec, job: _Job) -> Path:
             ):
                 (source / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(file, source / rel)
+    # symlinks=True: a link in a submission stays a link (copying what it points to,
+    # as the grader, could hand a file of the grader's to the student's kernel).
     shutil.copytree(
-        job.submission, private / "submitted" / job.student / spec.assignment
+        job.submission,
+        private / "submitted" / job.student / spec.assignment,
+        symlinks=True,
     )
     return private
 

@@ -411,7 +411,12 @@ class SandboxLauncher(KernelLauncher):
         with os.scandir(cwd) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
                 path = os.path.join(cwd, entry.name)
-                argv += ["--ro-bind", source(path), path]
+                if entry.is_symlink():
+                    # Recreated as a link, resolved inside the sandbox: binding it
+                    # would show the file it points to on the host.
+                    argv += ["--symlink", os.readlink(path), path]
+                elif entry.is_file() or entry.is_dir():
+                    argv += ["--ro-bind", source(path), path]
         argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
         argv += ["--clearenv"]
         env = {
