@@ -106,11 +106,13 @@ def test_book_is_self_contained(built_book: Path) -> None:
     with_math = 0
     for page in toc_pages():
         html = (built_book / f"{page}.html").read_text()
-        if "mathjax" in html.lower():  # Sphinx adds MathJax only to pages with math
-            assert "_static/mathjax/es5/tex-mml-chtml.js" in html, page
-            with_math += 1
-        for src in re.findall(r'<script[^>]+src="([^"]+)"', html):
+        scripts = re.findall(r'<script[^>]+src="([^"]+)"', html)
+        for src in scripts:
             assert not src.startswith(("http:", "https:", "//")), (page, src)
+        # Sphinx adds MathJax only to pages with math.
+        mathjax = [src for src in scripts if "mathjax" in src.lower()]
+        assert all("_static/mathjax/es5/tex-mml-chtml.js" in s for s in mathjax), page
+        with_math += bool(mathjax)
         for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS"):
             assert marker not in html, (page, marker)
     assert with_math >= 10, "the chapters' math should load the local MathJax"
