@@ -22,13 +22,15 @@ prove its properties; the book shows them and the tests check them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import sympy as sp
 import torch
 
 from ._validate import fail, require_int, require_positive_int
 from .sinusoidal import _check_base
+
+if TYPE_CHECKING:  # sympy is imported where it is used: it costs ~0.4 s at start-up
+    import sympy as sp
 
 __all__ = [
     "OffsetBlockDerivation",
@@ -112,12 +114,15 @@ def symbolic_pe_pair(p: sp.Expr, omega: sp.Expr) -> sp.Matrix:
         A 2x1 ``sympy.Matrix``.
 
     Example:
+        >>> import sympy as sp
         >>> p, w = sp.symbols("p omega", real=True)
         >>> symbolic_pe_pair(p, w)
         Matrix([
         [sin(omega*p)],
         [cos(omega*p)]])
     """
+    import sympy as sp
+
     return sp.Matrix([sp.sin(p * omega), sp.cos(p * omega)])
 
 
@@ -172,6 +177,8 @@ def derive_offset_block() -> OffsetBlockDerivation:
         >>> d.residual.is_zero_matrix, d.determinant
         (True, 1)
     """
+    import sympy as sp
+
     p, k, omega = sp.symbols("p k omega", real=True)
     s, c = sp.symbols("s c")  # stand-ins for sin(p*omega) and cos(p*omega)
     shifted = symbolic_pe_pair(p + k, omega)
@@ -215,6 +222,8 @@ def symbolic_dot_product_depends_on_difference(n_pairs: int = 2) -> sp.Expr:
         >>> symbolic_dot_product_depends_on_difference(1)
         cos(omega_0*(p - q))
     """
+    import sympy as sp
+
     n_pairs = require_positive_int(
         "symbolic_dot_product_depends_on_difference", "n_pairs", n_pairs
     )
@@ -252,6 +261,8 @@ def symbolic_rope_score(
         >>> difference
         0
     """
+    import sympy as sp
+
     m = sp.Symbol("m", real=True) if m is None else m
     n = sp.Symbol("n", real=True) if n is None else n
     theta = sp.Symbol("theta", real=True)
