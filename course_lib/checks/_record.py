@@ -117,7 +117,13 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
 def encode(value: Any, budget: _Budget | None = None, depth: int = 0) -> Any:
     """A JSON-ready description of ``value``: numbers, strings and None as they are;
     tensors, NumPy arrays and containers as one-key objects; anything else only by
-    its type name (``{"opaque": "MyClass"}``)."""
+    its type name (``{"opaque": "MyClass"}``).
+
+    >>> encode((torch.tensor([1, 2], dtype=torch.int8), 0.5, float("inf")))
+    {'tuple': [{'tensor': ['int8', [2], 'AQI=']}, 0.5, {'float': 'inf'}]}
+    >>> decode(encode({8: 0.5}))
+    {8: 0.5}
+    """
     budget = budget or _Budget()
     if depth > _MAX_DEPTH:
         return {"opaque": "nested too deeply"}
