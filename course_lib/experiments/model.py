@@ -95,7 +95,7 @@ class ModelConfig:
     Attributes:
         vocab_size: number of input tokens.
         n_classes: outputs per position.
-        method: one of :data:`METHODS`, or :data:`CUSTOM` (with a ``bias_fn``).
+        method: one of ``METHODS``, or ``CUSTOM`` (with a ``bias_fn``).
         train_length: ``L``, the training length (size of the learned table, T5
             buckets, Shaw clipping ``L // 2``).
         d_model: width.
@@ -322,6 +322,7 @@ class TinyTransformer(nn.Module):
         return x
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits ``(batch, seq, n_classes)`` for tokens ``(batch, seq)``."""
         x = self.embed_tokens(tokens)  # (B, S, d_model)
         for block in self.blocks:
             x = block(x)

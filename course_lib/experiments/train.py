@@ -90,8 +90,8 @@ class LabConfig:
     """Every setting of the lab (stored with the results).
 
     Attributes:
-        tasks: task names (keys of :data:`~.tasks.TASKS`).
-        methods: position methods (see :data:`~.model.METHODS`).
+        tasks: task names (keys of ``TASKS``).
+        methods: position methods (see ``METHODS``).
         seeds: one run per seed and (task, method).
         train_length: ``L``.
         multipliers: evaluation lengths are ``L * m``.
@@ -390,7 +390,7 @@ def summarize(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Returns:
         rows ``{"task", "method", "length", "mean", "low", "high", "n", "values"}``
-        in task, method (as in :data:`~.model.METHODS`) and length order.
+        in task, method (as in ``METHODS``) and length order.
     """
     groups: dict[tuple[str, str, int], list[float]] = {}
     for r in runs:
@@ -458,7 +458,7 @@ def canary() -> dict[str, list[float]]:
 
     Returns:
         ``{method: training loss of each step}`` for every method of
-        :data:`~.model.METHODS` (seed 0, associative recall, :data:`CANARY`).
+        ``METHODS`` (seed 0, associative recall, ``CANARY``).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -584,7 +584,7 @@ def run_lab(
 
 
 def save_results(results: dict[str, Any], path: str | Path | None = None) -> Path:
-    """Write ``results`` as JSON (default :data:`RESULTS_PATH`); returns the path."""
+    """Write ``results`` as JSON (default ``RESULTS_PATH``); returns the path."""
     p = RESULTS_PATH if path is None else Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(results, indent=1) + "\n")
@@ -592,7 +592,7 @@ def save_results(results: dict[str, Any], path: str | Path | None = None) -> Pat
 
 
 def load_results(path: str | Path | None = None) -> dict[str, Any]:
-    """Read results written by :func:`save_results` (default :data:`RESULTS_PATH`)."""
+    """Read results written by :func:`save_results` (default ``RESULTS_PATH``)."""
     p = RESULTS_PATH if path is None else Path(path)
     if not p.exists():
         fail("load_results", f"no results at {p}; run `python -m "
@@ -606,7 +606,7 @@ def stored_results(path: str | Path | None = None, *, recompute: bool | None = N
     """The lab's results: stored ones, or a fresh run when asked.
 
     Args:
-        path: results file (default :data:`RESULTS_PATH`).
+        path: results file (default ``RESULTS_PATH``).
         recompute: run the full lab and overwrite the file; default: True when the
             environment variable ``COURSE_LAB_RECOMPUTE`` is ``1``.
         workers: processes for a recomputation.
