@@ -28,6 +28,7 @@ from zoo import ex02_sinusoidal as z02
 from zoo import ex03_rotation as z03
 from zoo import ex04_rope as z04
 from zoo import ex05_alibi as z05
+from zoo import harness
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import ex01_permutation as g01
@@ -49,36 +50,15 @@ ASSIGNMENTS = {
 HAND_ARGS = "pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5"
 
 
+NAMES = harness.names(PAIRS)
+CORRECT = harness.correct_params(PAIRS)
+WRONG = harness.wrong_params(PAIRS)
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The graders work on small tensors: one thread. On a busy machine PyTorch's
-    second intra-op thread made these tests 4x slower, not faster."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 def _graders(name: str):
-    for grader, _ in PAIRS:
-        if hasattr(grader, f"check_{name}"):
-            return getattr(grader, f"check_{name}"), getattr(grader, f"grade_{name}")
-    raise KeyError(name)
+    return harness.graders(PAIRS, name)
 
 
-NAMES = [name for _, zoo in PAIRS for name in zoo.CORRECT]
-CORRECT = [
-    pytest.param(name, fn, id=f"{name}-{fn.__name__}")
-    for _, zoo in PAIRS
-    for name, fns in zoo.CORRECT.items()
-    for fn in fns
-]
-WRONG = [
-    pytest.param(name, fn, fragment, public, id=f"{name}-{fn.__name__}")
-    for _, zoo in PAIRS
-    for name, entries in zoo.WRONG.items()
-    for fn, fragment, public in entries
-]
 CALLS_LIBRARY = [
     pytest.param(name, fn, id=f"{name}-{fn.__name__}")
     for _, zoo in PAIRS
@@ -203,8 +183,9 @@ def test_hand_computation_accepts_right_numbers(values, capsys) -> None:
 @pytest.mark.parametrize(
     "values,fragment,public", z03.HAND_WRONG, ids=[e[1] for e in z03.HAND_WRONG]
 )
-def test_hand_computation_rejects_known_mistakes(values, fragment, public,
-                                                 capsys) -> None:
+def test_hand_computation_rejects_known_mistakes(
+    values, fragment, public, capsys
+) -> None:
     with pytest.raises(CheckFailed, match=re.escape(fragment)):
         g03.grade_hand_computation(*values)
     if public:
@@ -237,8 +218,9 @@ def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
         g05.grade_alibi_slopes(z05.slopes_power_of_two_only)
 
 
-def test_a_student_that_patches_the_library_does_not_change_the_expected_answer(
-) -> None:
+def test_a_student_that_patches_the_library_does_not_change_the_expected_answer() -> (
+    None
+):
     """Expected answers come from references captured at import: a submission that
     rebinds course_lib.sinusoidal.sinusoidal_encoding to its own (wrong) function
     is still compared with the right table."""
@@ -323,8 +305,9 @@ def test_source_notebook_has_the_contracted_cells(assignment) -> None:
 
 def test_written_answer_of_exercise_1_is_manually_graded() -> None:
     cells = _cells(ROOT / "solutions/ex01_permutation/ex01_permutation.ipynb")
-    (written,) = [c for c in cells if _nbgrader(c).get("grade_id")
-                  == "equivariance__answer"]
+    (written,) = [
+        c for c in cells if _nbgrader(c).get("grade_id") == "equivariance__answer"
+    ]
     meta = _nbgrader(written)
     assert written["cell_type"] == "markdown"
     assert meta["grade"] and meta["solution"] and meta["points"] == 2
@@ -369,8 +352,9 @@ def test_release_is_a_stub_that_fails_every_test_cell(assignment) -> None:
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"):
         assert marker not in text
     cells = _cells(path)
-    answers = [c for c in cells if _nbgrader(c).get("solution")
-               and c["cell_type"] == "code"]
+    answers = [
+        c for c in cells if _nbgrader(c).get("solution") and c["cell_type"] == "code"
+    ]
     assert len(answers) == len(ASSIGNMENTS[assignment])
     for cell in answers:
         assert _source(cell).rstrip().endswith("raise NotImplementedError()")
@@ -381,8 +365,11 @@ def test_release_is_a_stub_that_fails_every_test_cell(assignment) -> None:
         assert error is not None, grade_id
         assert "still the stub" in error or "NameError" in error, error
     # The hidden cells are empty in the release; nbgrader restores them at grading.
-    assert all(_source(c).strip() == "" for c in cells
-               if _nbgrader(c).get("grade_id", "").endswith("__hidden"))
+    assert all(
+        _source(c).strip() == ""
+        for c in cells
+        if _nbgrader(c).get("grade_id", "").endswith("__hidden")
+    )
 
 
 # --- the worked examples of the task cells
@@ -394,8 +381,9 @@ def _solution_namespace(assignment: str) -> dict:
     namespace: dict = {"__name__": "__main__"}
     code = [c for c in cells if c["cell_type"] == "code"]
     for cell in code:
-        if cell is code[0] or (_nbgrader(cell).get("solution") and not _nbgrader(
-                cell).get("grade")):
+        if cell is code[0] or (
+            _nbgrader(cell).get("solution") and not _nbgrader(cell).get("grade")
+        ):
             exec(compile(_source(cell), assignment, "exec"), namespace)
     return namespace
 
@@ -498,8 +486,15 @@ def test_an_answer_within_tolerance_is_never_called_a_known_mistake() -> None:
 
     expected = torch.tensor([1.0, 2.0])
     mistake = Mistake(expected + 1.5e-5, "the known mistake")
-    expect_close(expected + 0.8e-5, expected, what="x", atol=1e-5, rtol=0.0,
-                 mistakes=[mistake])
+    expect_close(
+        expected + 0.8e-5, expected, what="x", atol=1e-5, rtol=0.0, mistakes=[mistake]
+    )
     with pytest.raises(CheckFailed, match="the known mistake"):
-        expect_close(expected + 1.4e-5, expected, what="x", atol=1e-5, rtol=0.0,
-                     mistakes=[mistake])
+        expect_close(
+            expected + 1.4e-5,
+            expected,
+            what="x",
+            atol=1e-5,
+            rtol=0.0,
+            mistakes=[mistake],
+        )

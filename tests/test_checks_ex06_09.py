@@ -24,6 +24,7 @@ from zoo import ex06_relative as z06
 from zoo import ex07_transformer_xl as z07
 from zoo import ex08_da as z08
 from zoo import ex09_bug_zoo as z09
+from zoo import harness
 
 from course_lib.checks import CheckFailed
 from course_lib.checks import ex06_relative as g06
@@ -36,36 +37,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS = [(g06, z06), (g07, z07), (g08, z08), (g09, z09)]
 
 
+NAMES = harness.names(PAIRS)
+CORRECT = harness.correct_params(PAIRS)
+WRONG = harness.wrong_params(PAIRS)
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The graders work on small tensors: one thread. On a busy machine PyTorch's
-    second intra-op thread made these tests 4x slower, not faster."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 def _graders(name: str):
-    for grader, _ in PAIRS:
-        if hasattr(grader, f"check_{name}"):
-            return getattr(grader, f"check_{name}"), getattr(grader, f"grade_{name}")
-    raise KeyError(name)
+    return harness.graders(PAIRS, name)
 
 
-NAMES = [name for _, zoo in PAIRS for name in zoo.CORRECT]
-CORRECT = [
-    pytest.param(name, fn, id=f"{name}-{fn.__name__}")
-    for _, zoo in PAIRS
-    for name, fns in zoo.CORRECT.items()
-    for fn in fns
-]
-WRONG = [
-    pytest.param(name, fn, fragment, public, id=f"{name}-{fn.__name__}")
-    for _, zoo in PAIRS
-    for name, entries in zoo.WRONG.items()
-    for fn, fragment, public in entries
-]
 CALLS_LIBRARY = [
     pytest.param(name, fn, id=name)
     for _, zoo in PAIRS
