@@ -19,6 +19,7 @@ __all__ = [
     "fail",
     "require_even",
     "require_float_tensor",
+    "require_head_dim",
     "require_int",
     "require_ndim",
     "require_positive_int",
@@ -99,3 +100,17 @@ def require_ndim(
         named = f" {layout}" if layout else ""
         fail(fn, f"{name} must have {want} dimensions{named}, got {describe(x)}")
     return x
+
+
+def require_head_dim(fn: str, d_model: object, n_heads: object) -> int:
+    """Check ``d_model`` and ``n_heads`` (positive, ``n_heads`` divides ``d_model``) and
+    return the width of one head, ``d_model // n_heads``."""
+    d_model = require_positive_int(fn, "d_model", d_model)
+    n_heads = require_positive_int(fn, "n_heads", n_heads)
+    if d_model % n_heads != 0:
+        fail(
+            fn,
+            f"d_model must be divisible by n_heads, got d_model={d_model} "
+            f"and n_heads={n_heads}",
+        )
+    return d_model // n_heads

@@ -32,6 +32,7 @@ from ._validate import (
     describe,
     fail,
     require_float_tensor,
+    require_head_dim,
     require_int,
     require_ndim,
     require_positive_int,
@@ -239,16 +240,9 @@ class ShawRelativeAttention(nn.Module):
     ) -> None:
         super().__init__()
         fn = "ShawRelativeAttention"
-        d_model = require_positive_int(fn, "d_model", d_model)
-        self.n_heads = require_positive_int(fn, "n_heads", n_heads)
+        self.head_dim = require_head_dim(fn, d_model, n_heads)
+        self.n_heads = n_heads
         self.max_distance = require_positive_int(fn, "max_distance", max_distance)
-        if d_model % self.n_heads != 0:
-            fail(
-                fn,
-                f"d_model must be divisible by n_heads, got d_model={d_model} "
-                f"and n_heads={self.n_heads}",
-            )
-        self.head_dim = d_model // self.n_heads
         self.causal = bool(causal)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
