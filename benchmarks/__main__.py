@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--rounds", type=int, default=9, help="timing rounds per size")
     ap.add_argument(
+        "--no-memory", action="store_true", help="skip the peak-memory subprocesses"
+    )
+    ap.add_argument(
         "--clock",
         choices=sorted(harness.CLOCKS),
         default="wall",
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 module,
                 sizes,
                 baseline=suite.BASELINE,
-                memory=not args.quick,
+                memory=not (args.quick or args.no_memory),
                 extras=getattr(suite, "EXTRAS", None),
                 rounds=3 if args.quick else args.rounds,
             ),

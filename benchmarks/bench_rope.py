@@ -74,6 +74,16 @@ def _naive_complex(shape):
     return run
 
 
+def _course_module_out(convention: str):
+    def build(shape):
+        x = _x(shape)
+        rope = RotaryEmbedding(shape[-1], convention=convention, max_seq_len=shape[-2])
+        out = torch.empty_like(x)  # e.g. the key cache a model writes into
+        return lambda: rope(x, out=out)
+
+    return build
+
+
 def _course_module_offset(shape):
     x = _x(shape)
     rope = RotaryEmbedding(shape[-1], max_seq_len=shape[-2] + 1000)
@@ -100,6 +110,10 @@ CASES = {
     "course_lib RotaryEmbedding interleaved (cached)": _course_module("interleaved"),
     "course_lib RotaryEmbedding half (cached)": _course_module("half"),
     "course_lib RotaryEmbedding interleaved, positions 1000+": _course_module_offset,
+    "course_lib RotaryEmbedding interleaved, out= preallocated": _course_module_out(
+        "interleaved"
+    ),
+    "course_lib RotaryEmbedding half, out= preallocated": _course_module_out("half"),
     HF: _hf_llama,
     "rotary-embedding-torch rotate_queries_or_keys": _rotary_embedding_torch,
     "naive complex form (factors recomputed)": _naive_complex,

@@ -184,18 +184,29 @@ def _rotate(
     )  # (..., seq, d)
 
 
+def _complex_viewable(x: torch.Tensor) -> bool:
+    """Whether ``x`` (..., d) can be viewed as complex pairs without a copy."""
+    return (
+        x.stride(-1) == 1
+        and x.storage_offset() % 2 == 0
+        and all(s % 2 == 0 for s in x.stride()[:-1])
+    )
+
+
 def _complex_pairs(x: torch.Tensor) -> torch.Tensor:
     """View ``x`` (..., d) as the complex pairs ``x[2i] + i x[2i+1]`` (..., d/2).
 
     No copy, unless the strides of ``x`` forbid a complex view."""
-    pairs = x.unflatten(-1, (-1, 2))  # (..., d/2, 2)
-    if pairs.storage_offset() % 2 or any(s % 2 for s in pairs.stride()[:-1]):
-        pairs = pairs.contiguous()
-    return torch.view_as_complex(pairs)  # (..., d/2) complex
+    if not _complex_viewable(x):
+        x = x.contiguous()
+    return torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (..., d/2) complex
 
 
 def _rotate_cached(
-    x: torch.Tensor, factors: tuple[torch.Tensor, ...], convention: str
+    x: torch.Tensor,
+    factors: tuple[torch.Tensor, ...],
+    convention: str,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Fast form of :func:`_rotate` with factors precomputed per position.
 
@@ -210,16 +221,23 @@ def _rotate_cached(
             ``"interleaved"``; ``(cos2, sin)`` with ``cos2 = [cos | cos]``
             ``(..., seq, d)`` and ``sin`` ``(..., seq, d/2)`` for ``"half"``.
         convention: ``"interleaved"`` or ``"half"``.
+        out: optional ``(..., seq, d)`` tensor to write into instead of allocating;
+            for ``"interleaved"`` it must allow a complex view (even strides), for
+            ``"half"`` it must not overlap ``x``.
 
     Returns:
-        ``(..., seq, d)`` rotated tensor, equal to :func:`_rotate` (tested).
+        ``(..., seq, d)`` rotated tensor (``out`` when given), equal to
+        :func:`_rotate` (tested).
     """
     if convention == "interleaved":
         (polar,) = factors
-        return torch.view_as_real(_complex_pairs(x) * polar).flatten(-2)  # (.., d)
+        if out is None:
+            return torch.view_as_real(_complex_pairs(x) * polar).flatten(-2)  # (.., d)
+        torch.mul(_complex_pairs(x), polar, out=_complex_pairs(out))
+        return out
     cos2, sin = factors
     half = x.shape[-1] // 2
-    out = x * cos2  # (..., seq, d): [x1 cos | x2 cos]
+    out = x * cos2 if out is None else torch.mul(x, cos2, out=out)  # [x1 cos | x2 cos]
     out[..., :half].addcmul_(x[..., half:], sin, value=-1.0)  # x1 cos - x2 sin
     out[..., half:].addcmul_(x[..., :half], sin)  # x2 cos + x1 sin
     return out
@@ -383,6 +401,32 @@ def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
     return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
 
 
+def _check_out(fn: str, out: object, x: torch.Tensor) -> None:
+    out = require_tensor(fn, "out", out)
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        fail(
+            fn,
+            f"out must have the shape, dtype and device of x ({tuple(x.shape)}, "
+            f"{x.dtype}, {x.device}), got {describe(out)} on {out.device}",
+        )
+    if torch.is_grad_enabled() and (x.requires_grad or out.requires_grad):
+        fail(
+            fn,
+            "out is for inference and gradients do not flow through it; call "
+            "without out (or under torch.no_grad()), got x or out requiring grad",
+        )
+
+
+def _writable_directly(out: torch.Tensor, x: torch.Tensor, convention: str) -> bool:
+    """Whether :func:`_rotate_cached` may write into ``out`` while reading ``x``."""
+    if convention == "interleaved":  # elementwise: exact aliasing (in place) is safe
+        exact = out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
+        apart = out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        return _complex_viewable(out) and _complex_viewable(x) and (exact or apart)
+    # half reads both halves of x after writing the output: no shared storage
+    return out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
 class RotaryEmbedding(nn.Module):
     r"""RoPE as a module: cached cos/sin tables, optional partial rotation.
 
@@ -489,8 +533,19 @@ class RotaryEmbedding(nn.Module):
         return self._factors[key]
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        *,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Rotate ``x`` ``(..., seq, head_dim)``; write into ``out`` when given.
+
+        ``out`` (same shape, dtype and device as ``x``) receives the result without
+        a new tensor being allocated, e.g. a slice of a preallocated key cache, or
+        ``x`` itself to rotate in place. It is for inference: gradients do not flow
+        through it.
+        """
         fn = "RotaryEmbedding.forward"
         x = require_float_tensor(fn, "x", x)
         if x.ndim < 2 or x.shape[-1] != self.head_dim:
@@ -499,6 +554,8 @@ class RotaryEmbedding(nn.Module):
                 f"x must be (..., seq, head_dim) with head_dim={self.head_dim}, "
                 f"got {describe(x)}",
             )
+        if out is not None:
+            _check_out(fn, out, x)
         seq = x.shape[-2]
         if positions is None:
             self._grow(seq)
@@ -520,10 +577,19 @@ class RotaryEmbedding(nn.Module):
             idx = positions.long().to(x.device)
             factors = tuple(f[idx] for f in factors)  # (..., seq, ...)
         r = self.rotary_dim
-        rotated = _rotate_cached(x[..., :r].to(dt), factors, self.convention)
+        if out is None:
+            rotated = _rotate_cached(x[..., :r].to(dt), factors, self.convention)
+            if r < self.head_dim:
+                rotated = torch.cat((rotated, x[..., r:].to(dt)), dim=-1)  # (.., D)
+            return rotated.to(x.dtype)
         if r < self.head_dim:
-            rotated = torch.cat((rotated, x[..., r:].to(dt)), dim=-1)  # (..., seq, D)
-        return rotated.to(x.dtype)
+            out[..., r:].copy_(x[..., r:])  # pass-through features (a no-op in place)
+        target = out[..., :r]  # (..., seq, r)
+        if dt == x.dtype and _writable_directly(target, x[..., :r], self.convention):
+            _rotate_cached(x[..., :r], factors, self.convention, out=target)
+        else:  # another dtype, odd strides or an overlap: compute, then copy
+            target.copy_(_rotate_cached(x[..., :r].to(dt), factors, self.convention))
+        return out
 
     def extra_repr(self) -> str:
         return (

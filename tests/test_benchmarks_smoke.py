@@ -94,6 +94,7 @@ def test_compared_implementations_agree(module: str) -> None:
         ref = outs["course_lib apply_rope interleaved (reference form)"]
         for name in (
             "course_lib RotaryEmbedding interleaved (cached)",
+            "course_lib RotaryEmbedding interleaved, out= preallocated",
             "rotary-embedding-torch rotate_queries_or_keys",
             "naive complex form (factors recomputed)",
         ):
@@ -101,6 +102,7 @@ def test_compared_implementations_agree(module: str) -> None:
         half = outs["course_lib apply_rope half (reference form)"]
         for name in (
             "course_lib RotaryEmbedding half (cached)",
+            "course_lib RotaryEmbedding half, out= preallocated",
             suite.HF,
         ):
             torch.testing.assert_close(outs[name], half, atol=1e-5, rtol=1e-5)

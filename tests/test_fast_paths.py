@@ -34,7 +34,7 @@ from course_lib import (
 )
 from course_lib import alibi as alibi_module
 from course_lib import relative as relative_module
-from course_lib.rope import _rotate, _rotate_cached
+from course_lib.rope import _rotate, _rotate_cached, _writable_directly
 
 CONVENTIONS = ["interleaved", "half"]
 DTYPES = [torch.float32, torch.float64]
@@ -125,6 +125,69 @@ def test_rotary_embedding_gradient_equals_reference(gen, convention):
     close(grads[0], grads[1])
     # The gradient of a rotation is the inverse rotation of the upstream gradient.
     close(grads[0], apply_rope(w, -positions, convention=convention))
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.bfloat16])
+def test_rotary_embedding_writes_into_out(gen, convention, dtype):
+    x = torch.randn(2, 3, 6, 8, generator=gen).to(dtype)
+    positions = torch.arange(40, 46)
+    rope = RotaryEmbedding(8, convention=convention)
+    expected = rope(x, positions)
+    close(expected, apply_rope(x, positions, convention=convention))
+    # A fresh buffer, then x itself (in place), then a slice of a key cache.
+    out = torch.full_like(x, math.nan)
+    assert rope(x, positions, out=out) is out
+    close(out, expected)
+    inplace = x.clone()
+    assert rope(inplace, positions, out=inplace) is inplace
+    close(inplace, expected)
+    cache = torch.zeros(2, 3, 50, 8, dtype=dtype)
+    rope(x, positions, out=cache[:, :, 40:46])
+    close(cache[:, :, 40:46], expected)
+    assert not cache[:, :, :40].any() and not cache[:, :, 46:].any()
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_out_is_written_directly_when_safe(gen, convention):
+    """No temporary where one is not needed; never a direct write that would read
+    already overwritten input (rotate-half reads both halves after writing)."""
+    x = torch.randn(2, 3, 6, 8, generator=gen)
+    cache = torch.zeros(2, 3, 50, 8)
+    assert _writable_directly(torch.empty_like(x), x, convention)
+    assert _writable_directly(cache[:, :, 40:46], x, convention)
+    assert _writable_directly(x, x, convention) == (convention == "interleaved")
+    assert not _writable_directly(x[:, :, 1:], x[:, :, :-1], convention)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_rotary_embedding_out_with_partial_rotation(gen, convention):
+    x = torch.randn(2, 5, 7, generator=gen, dtype=torch.float64)  # odd head_dim
+    rope = RotaryEmbedding(7, rotary_dim=4, convention=convention)
+    out = torch.empty_like(x)
+    rope(x, out=out)
+    close(out, rope(x))
+    inplace = x.clone()
+    rope(inplace, out=inplace)
+    close(inplace, rope(x))
+
+
+def test_rotary_embedding_out_is_checked(gen):
+    rope = RotaryEmbedding(8)
+    x = torch.randn(1, 2, 4, 8, generator=gen)
+    for bad, words in [
+        (torch.empty(1, 2, 5, 8), ["out", "(1, 2, 4, 8)", "(1, 2, 5, 8)"]),
+        (torch.empty(1, 2, 4, 8, dtype=torch.float64), ["out", "torch.float64"]),
+        ([0.0], ["out", "torch.Tensor"]),
+    ]:
+        with pytest.raises((ValueError, TypeError)) as err:
+            rope(x, out=bad)
+        assert "RotaryEmbedding.forward" in str(err.value)
+        assert all(w in str(err.value) for w in words), str(err.value)
+    with pytest.raises(ValueError, match="RotaryEmbedding.forward: out is for"):
+        rope(x.requires_grad_(True), out=torch.empty_like(x))
+    with torch.no_grad():  # without autograd, out is fine
+        rope(x, out=torch.empty_like(x))
 
 
 def test_rotary_factors_are_built_once_and_rebuilt_when_the_cache_grows(gen):
