@@ -43,3 +43,13 @@ def wrong_params(pairs: Pairs) -> list:
         for name, entries in zoo.WRONG.items()
         for fn, fragment, public in entries
     ]
+
+
+def calls_library_params(pairs: Pairs) -> list:
+    """``(name, fn)`` for every implementation that only calls course_lib."""
+    params = []
+    for _, zoo in pairs:
+        for name, fns in zoo.CALLS_LIBRARY.items():
+            for fn in fns if isinstance(fns, list | tuple) else [fns]:
+                params.append(pytest.param(name, fn, id=f"{name}-{fn.__name__}"))
+    return params
