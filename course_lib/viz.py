@@ -17,6 +17,7 @@ as a new section at the end, each section extending ``__all__``.
 from __future__ import annotations
 
 import functools
+import io
 import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -73,8 +74,17 @@ def _styled(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+class _BookFigure(Figure):
+    """A Figure that Jupyter displays as PNG even when pyplot was never imported."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", bbox_inches="tight")
+        return buf.getvalue()
+
+
 def _figure(width: float, height: float) -> Figure:
-    return Figure(figsize=(width, height), layout="constrained")
+    return _BookFigure(figsize=(width, height), layout="constrained")
 
 
 def _annotate_cells(ax, values: np.ndarray, fmt: str = "{:.2f}", size: float = 7):
