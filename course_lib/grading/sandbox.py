@@ -379,10 +379,9 @@ class SandboxLauncher(KernelLauncher):
                 argv += ["--symlink", os.readlink(host), host]
             elif os.path.isdir(host):
                 argv += ["--ro-bind", host, host]
-        for path in self.ro_binds():
-            argv += ["--ro-bind", source(path), path]
-        for dest, path in _etc_files(state.folder, uid, gid).items():
-            argv += ["--ro-bind", source(path), dest]
+        # The writable in-memory mounts come first: the read-only binds below may lie
+        # under /tmp (a course, and its .venv, cloned into /tmp) and must stay
+        # visible on top of the fresh /tmp.
         argv += [
             "--proc",
             "/proc",
@@ -401,10 +400,12 @@ class SandboxLauncher(KernelLauncher):
             "/run",
             "--dir",
             _RUN_DIR,
-            "--ro-bind",
-            source(connection),
-            _CONNECTION_FILE,
         ]
+        for path in self.ro_binds():
+            argv += ["--ro-bind", source(path), path]
+        for dest, path in _etc_files(state.folder, uid, gid).items():
+            argv += ["--ro-bind", source(path), dest]
+        argv += ["--ro-bind", source(connection), _CONNECTION_FILE]
         # The working directory: a private tmpfs showing the submission's files
         # read-only; whatever the kernel writes there stays in memory.
         argv += [*sized(s.scratch_bytes), "--tmpfs", cwd]
