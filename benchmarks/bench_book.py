@@ -15,11 +15,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def build(out: Path) -> float:
     jb = Path(sys.executable).with_name("jupyter-book")
     t0 = time.perf_counter()
-    subprocess.run(
+    proc = subprocess.run(
         [str(jb), "build", str(ROOT), "--path-output", str(out), "-q"],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if proc.returncode != 0:  # say why, not where in this script
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise SystemExit("jupyter-book build failed:\n" + "\n".join(tail))
     return time.perf_counter() - t0
 
 
