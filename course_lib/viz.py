@@ -323,7 +323,7 @@ def plot_dot_product_vs_distance(
     right.set_ylabel(r"$PE_p \cdot PE_{p+k}$")
     right.set_title("Same curve from every anchor $p$")
     right.axhline(0, color="gray", lw=0.6)
-    right.legend(loc="upper right")
+    right.legend(loc="best")
     return fig
 
 
