@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import json
 import multiprocessing
 import os
 import shutil
@@ -103,6 +102,8 @@ class Outcome:
     reason: str = ""
     wall_seconds: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)
+    # accidents repaired before grading (course_lib.grading.repair), plain words
+    repairs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -137,6 +138,8 @@ class _WorkerSpec:
     cell_timeout: int | None
     threads: int
     log_path: str
+    # what the course knows of each notebook's cells, for the repairs
+    references: tuple = ()
 
 
 # --------------------------------------------------------------------------------------
@@ -218,9 +221,10 @@ def _grader_digest(assignment: str) -> str:
 
 
 def _precheck(job: _Job, notebooks: tuple[str, ...]) -> str | None:
-    """Why the submission cannot be graded at all (missing or invalid notebook), or
-    ``None``."""
-    import nbformat
+    """Why the submission cannot be graded at all (missing notebook, or a file that
+    is not a notebook), in plain words, or ``None``. What can be repaired is
+    repaired later (:mod:`course_lib.grading.repair`)."""
+    from .repair import Ungradable, read_notebook
 
     folder = Path(job.submission)
     present = sorted(p.name for p in folder.glob("*.ipynb"))
@@ -234,14 +238,9 @@ def _precheck(job: _Job, notebooks: tuple[str, ...]) -> str | None:
         if not path.exists():
             continue
         try:
-            text = path.read_text(encoding="utf-8")
-            json.loads(text)
-            node = nbformat.reads(text, as_version=4)
-            nbformat.validate(node)
-        except Exception as exc:  # noqa: BLE001 - any reason the file is unreadable
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            kind = type(exc).__name__
-            return f"{nb}.ipynb is not a valid notebook ({kind}: {first[:200]})"
+            read_notebook(path, f"{nb}.ipynb")
+        except Ungradable as exc:
+            return str(exc)
     return None
 
 
@@ -310,23 +309,47 @@ def _describe_death(codes: list[int | None]) -> str:
     return f"the kernel exited with status {code} while the notebook ran"
 
 
-def _nbgrader_error(result: dict[str, Any]) -> str:
-    text = result.get("error") or result.get("log") or ""
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if not line.startswith(
-            (
-                "File ",
-                "^",
-                "~",
-                "Traceback",
-                "[ERROR] Please see",
-                "raise ",
-                "nbgrader.converters.base.NbGraderException",
-            )
-        ):
-            return line[:300]
-    return lines[-1][:300] if lines else "unknown error"
+_NBGRADER_ERRORS = (
+    (
+        r"Cell with id '([^']+)' exists multiple times",
+        "the cell `{0}` appears more than once; delete the copies",
+    ),
+    (
+        r"Cell '([^']+)' does not exist in the database",
+        "a cell carries the grade id `{0}`, which this assignment does not have; "
+        "copy its text into a new cell and delete it",
+    ),
+    (
+        r"Inconsistent checksums for cell ([^\s]+)",
+        "the locked cell {0} could not be restored to its released text; fetch a "
+        "fresh copy of the exercise and move the answers into it",
+    ),
+    (
+        r"Missing grade cell (\S+) encountered",
+        "the test cell {0} is missing and could not be put back; fetch a fresh copy "
+        "of the exercise and move the answers into it",
+    ),
+    (
+        r"No notebooks found",
+        "the submission holds no notebook of this assignment",
+    ),
+)
+
+
+def _nbgrader_error(result: dict[str, Any], student: str, assignment: str) -> str:
+    """Why nbgrader failed, in plain words: a known message of nbgrader's log
+    explained, else a pointer to the log (never a line of Python)."""
+    import re
+
+    text = (result.get("log") or "") + "\n" + (result.get("error") or "")
+    for pattern, reason in _NBGRADER_ERRORS:
+        found = re.search(pattern, text)
+        if found:
+            return reason.format(*found.groups())
+    return (
+        "nbgrader stopped on this notebook without saying why in words; the "
+        f"grading log reports/{assignment}/logs/{student}.log has the details"
+    )
 
 
 def _prepare_private_course(spec: _WorkerSpec, job: _Job) -> Path:
@@ -388,6 +411,9 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
     from nbgrader.coursedir import CourseDirectory
 
     private = _prepare_private_course(spec, job)
+    repairs = _repair(spec, job, private)
+    if isinstance(repairs, str):
+        return {"private": str(private), "status": "ungradable", "reason": repairs}
     config = _private_config(spec, private)
     context = KernelContext(
         limits=spec.limits,
@@ -413,6 +439,7 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
                 kill_process_group(pid)
     log_text = (result.get("log") or "") + (result.get("error") or "")
     out: dict[str, Any] = {"private": str(private), "log": log_text}
+    out["repairs"] = repairs
     if context.killed:
         out.update(
             status="ungradable",
@@ -432,7 +459,7 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
                 "could not be interrupted"
             )
         else:
-            reason = f"nbgrader could not grade it: {_nbgrader_error(result)}"
+            reason = _nbgrader_error(result, job.student, spec.assignment)
         out.update(status="ungradable", reason=reason)
         return out
     graded = private / "autograded" / job.student / spec.assignment
@@ -447,6 +474,28 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
         status="graded", grades=grades, failures=failures, autograded=str(graded)
     )
     return out
+
+
+def _repair(spec: _WorkerSpec, job: _Job, private: Path) -> list[str] | str:
+    """Repair the private copy of each submitted notebook (the student's file is
+    never touched); the repairs in plain words (routine clean-up left out), or the
+    reason the submission cannot be graded."""
+    from .repair import Ungradable, repair_file
+
+    folder = private / "submitted" / job.student / spec.assignment
+    several = len(spec.references) > 1
+    notes: list[str] = []
+    for reference in spec.references:
+        path = folder / f"{reference.notebook}.ipynb"
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            result = repair_file(path, reference, with_notes_cell=True)
+        except Ungradable as exc:
+            return str(exc)
+        for text in result.texts(routine=False):
+            notes.append(f"{reference.notebook}.ipynb: {text}" if several else text)
+    return notes
 
 
 def _worker_main(conn: Connection, spec: _WorkerSpec) -> None:
@@ -468,9 +517,17 @@ def _worker_main(conn: Connection, spec: _WorkerSpec) -> None:
             try:
                 out = _grade(spec, job, conn)
             except Exception as exc:  # noqa: BLE001 - reported, never fatal
+                detail = next(
+                    (ln.strip() for ln in str(exc).splitlines() if ln.strip()), ""
+                )
                 out = {
                     "status": "ungradable",
-                    "reason": f"grading failed: {type(exc).__name__}: {exc}"[:400],
+                    "reason": (
+                        "the grading tool failed on this submission"
+                        + (f" ({detail[:300]})" if detail else "")
+                        + f"; the log reports/{spec.assignment}/logs/workers.log "
+                        "has the details"
+                    ),
                 }
             out["wall_seconds"] = time.perf_counter() - start
             conn.send(("done", job.student, out))
@@ -612,6 +669,7 @@ def autograde(
                         row.reason,
                         row.wall_seconds,
                         row.failures,
+                        _recorded_repairs(course, assignment, student, notebooks),
                     )
                 )
                 continue
@@ -619,6 +677,7 @@ def autograde(
 
         scratch = Path(tempfile.mkdtemp(prefix="course-autograde-"))
         template = scratch / "template.db"
+        references = _references(course, gb, assignment, notebooks) if jobs else ()
         if jobs:
             stamp_alembic_version(template, gb)
             with Gradebook(sqlite_url(template), course.course_id) as tgb:
@@ -638,6 +697,7 @@ def autograde(
             template,
             log_dir,
             timeout,
+            references,
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -659,6 +719,7 @@ def _run(
     template: Path,
     log_dir: Path,
     timeout: int | None,
+    references: tuple = (),
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     queue: deque[_Job] = deque()
@@ -694,6 +755,7 @@ def _run(
             reason,
             float(out.get("wall_seconds", 0.0)),
             out.get("failures", {}),
+            list(out.get("repairs") or []),
         )
         write_status(
             gb,
@@ -748,6 +810,7 @@ def _run(
             cell_timeout=timeout,
             threads=threads,
             log_path=str(scratch / "workers.log"),
+            references=references,
         )
         gb.close()  # no open database connection may be inherited by a worker
         workers = [_Worker(ctx, spec, i) for i in range(n_workers)]
@@ -825,6 +888,38 @@ def _run(
             shutil.copyfile(log, log_dir / "workers.log")
 
 
+def _recorded_repairs(
+    course: Course, assignment: str, student: str, notebooks: tuple[str, ...]
+) -> list[str]:
+    """The repairs noted in a submission's autograded notebooks (see
+    :func:`course_lib.grading.repair.notes_cell`)."""
+    from .repair import notes_from_notebook
+
+    folder = course.autograded_dir / student / assignment
+    out = []
+    for nb in notebooks:
+        for text in notes_from_notebook(folder / f"{nb}.ipynb"):
+            out.append(f"{nb}.ipynb: {text}" if len(notebooks) > 1 else text)
+    return out
+
+
+def _references(course: Course, gb, assignment: str, notebooks: tuple[str, ...]):
+    """What the course knows of each notebook's cells: the gradebook, in the order
+    (and with the texts) of the released notebook, else of the source notebook."""
+    from .repair import Reference
+
+    refs = []
+    for nb in notebooks:
+        release = None
+        for folder in (course.release_dir, course.source_dir):
+            path = folder / assignment / f"{nb}.ipynb"
+            if path.is_file():
+                release = path
+                break
+        refs.append(Reference.from_gradebook(gb, assignment, nb, release))
+    return tuple(refs)
+
+
 def summary_lines(summary: AutogradeSummary, limits_text: str) -> list[str]:
     """The table ``course autograde`` prints after a run."""
     lines = [
@@ -840,6 +935,7 @@ def summary_lines(summary: AutogradeSummary, limits_text: str) -> list[str]:
             f"  {o.student:<{width}}  {o.score:>5g} / {o.max_score:<3g}  "
             f"{o.status:<10}  {o.reason}"
         )
+        lines += [f"  {'':<{width}}  {'':>11}  repaired:   {r}" for r in o.repairs]
     return lines
 
 

@@ -924,11 +924,16 @@ def _fix_ids(nb, notes: list[Note]) -> None:
 
 
 def repair_file(
-    path: str | Path, reference: Reference, dest: str | Path | None = None
+    path: str | Path,
+    reference: Reference,
+    dest: str | Path | None = None,
+    *,
+    with_notes_cell: bool = False,
 ) -> RepairResult:
     """Read the notebook at ``path``, repair it and write it to ``dest`` (default:
-    ``path``; only ever a private copy, never a student's file). Raises
-    :class:`Ungradable`."""
+    ``path``; only ever a private copy, never a student's file). With
+    ``with_notes_cell``, a notebook that needed more than routine repairs gets
+    :func:`notes_cell` first. Raises :class:`Ungradable`."""
     import nbformat
 
     path = Path(path)
@@ -942,6 +947,8 @@ def repair_file(
             f"{path.name} is damaged in a way grading cannot repair ({_plain(exc)}); "
             "open it in JupyterLab, save it and submit it again"
         ) from None
+    if with_notes_cell and result.texts(routine=False):
+        result.notebook.cells.insert(0, notes_cell(result.notes))
     nbformat.write(result.notebook, str(dest or path))
     return result
 
@@ -951,20 +958,25 @@ def notes_cell(notes: Iterable[Note | str]):
     reaches the student's feedback page)."""
     import nbformat
 
+    notes = [n if isinstance(n, Note) else Note(str(n)) for n in notes]
     lines = [
         _NOTES_TITLE,
         "Your notebook had accidents that grading repaired, so that it was graded "
         "as you meant it:",
         "",
-        *(f"- {n}" for n in notes),
+        *(f"- {n.text}" for n in notes if not n.routine),
     ]
+    routine = [n.text for n in notes if n.routine]
+    if routine:
+        lines += ["", "Routine clean-up: " + "; ".join(routine) + "."]
     cell = nbformat.v4.new_markdown_cell("\n".join(lines))
     cell["id"] = NOTES_CELL_ID
     return cell
 
 
 def notes_from_notebook(path: str | Path) -> list[str]:
-    """The repairs listed in a graded notebook's notes cell (none: ``[]``)."""
+    """The repairs listed in a graded notebook's notes cell, routine clean-up left
+    out (none: ``[]``)."""
     try:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
