@@ -335,9 +335,9 @@ def read_notebook(data: bytes | str | Path, name: str = "the file"):
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise Ungradable(
-            f"{name} is not a notebook (invalid JSON at line {exc.lineno}, column "
-            f"{exc.colno}: {exc.msg.lower()}); the file was cut off or edited outside "
-            "Jupyter: open it in JupyterLab, save it and submit it again"
+            f"{name} is not a valid notebook (invalid JSON at line {exc.lineno}, "
+            f"column {exc.colno}: {exc.msg.lower()}); the file was cut off or edited "
+            "outside Jupyter: open it in JupyterLab, save it and submit it again"
         ) from None
     if (
         not isinstance(raw, dict)
