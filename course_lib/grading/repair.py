@@ -94,6 +94,7 @@ class KnownCell:
     source: str | None = None
     graded_source: str | None = None
     checksum: str | None = None
+    released_metadata: str | None = None  # the release's nbgrader metadata (JSON)
 
     @property
     def kind(self) -> str:
@@ -109,7 +110,10 @@ class KnownCell:
 
     def metadata(self) -> dict[str, Any]:
         """The cell's nbgrader metadata as the release has it."""
+        if self.released_metadata is not None:
+            return json.loads(self.released_metadata)
         meta: dict[str, Any] = {
+            "cell_type": self.cell_type,
             "grade": self.grade,
             "grade_id": self.grade_id,
             "locked": self.locked,
@@ -121,8 +125,6 @@ class KnownCell:
             meta["points"] = self.points if self.points is not None else 0
         if self.checksum:
             meta["checksum"] = self.checksum
-        if self.grade or self.task:
-            meta["cell_type"] = self.cell_type
         return meta
 
     def matches_release(self, source: str) -> bool:
@@ -181,6 +183,7 @@ class Reference:
                     points=meta.get("points"),
                     source=_source(cell),
                     checksum=meta.get("checksum"),
+                    released_metadata=json.dumps(meta, sort_keys=True),
                 )
             )
         plain.discard("")
@@ -224,6 +227,7 @@ class Reference:
                     source=rel.source if rel is not None else None,
                     graded_source=src.source,
                     checksum=src.checksum,
+                    released_metadata=None if rel is None else rel.released_metadata,
                 )
             )
         ordered = release is not None and len(base.cells) > 0
