@@ -487,3 +487,96 @@ def test_gradebook_decides_which_cells_exist(tmp_path, release, monkeypatch):
     result = repair_notebook(copy.deepcopy(release), reference)
     hidden = [c for c in result.notebook.cells if c.id == "alibi-bias--hidden"]
     assert hidden and "nbgrader" not in hidden[0].metadata
+
+
+# ---------------------------------------------------------------- every release
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "notebooks").glob("*/*.ipynb")), ids=lambda p: p.stem
+)
+def test_every_released_notebook_needs_no_repair(path):
+    nb = nbformat.read(str(path), as_version=4)
+    for reference in (Reference.from_notebook(nb), Reference.from_own_metadata(nb)):
+        assert [c.grade_id for c in reference.cells] == graded_ids(nb)
+        result = repair_notebook(copy.deepcopy(nb), reference)
+        assert result.notes == []
+        assert [c.source for c in result.notebook.cells] == [c.source for c in nb.cells]
+
+
+# ---------------------------------------------------- an answer graded by hand (ex01)
+
+EX01 = ROOT / "notebooks" / "ex01_permutation" / "ex01_permutation.ipynb"
+WRITTEN = "Permuting the tokens permutes the outputs the same way."
+
+
+@pytest.fixture
+def ex01():
+    nb = nbformat.read(str(EX01), as_version=4)
+    return nb, Reference.from_notebook(copy.deepcopy(nb))
+
+
+def test_duplicated_written_answer_grades_the_copy_written_in(ex01):
+    nb, reference = ex01
+    at = index_of(nb, "equivariance__answer")
+    stub = nb.cells[at].source
+    written = copy.deepcopy(nb.cells[at])
+    written["id"] = "written"
+    written.source = WRITTEN
+    nb.cells.insert(at, written)  # the written copy first, the stub after it
+    result = repair_notebook(nb, reference)
+    out = result.notebook
+    assert out.cells[index_of(out, "equivariance__answer")].source == WRITTEN
+    assert sum(c.source == stub and not gid(c) for c in out.cells) == 1
+    (note,) = major(result)
+    assert f"cell {at + 1} (the one you wrote in) is graded" in note
+
+
+def test_written_answer_that_lost_its_metadata_is_found(ex01):
+    nb, reference = ex01
+    cell = nb.cells[index_of(nb, "equivariance__answer")]
+    cell.source = WRITTEN
+    del cell.metadata["nbgrader"]
+    result = repair_notebook(nb, reference)
+    out = result.notebook
+    assert out.cells[index_of(out, "equivariance__answer")].source == WRITTEN
+    assert len(out.cells) == len(nbformat.read(str(EX01), as_version=4).cells)
+
+
+# ---------------------------------------------------------------- course check
+
+
+def test_check_report_lists_the_accidents():
+    from course_lib.grading.check import CheckReport, ExerciseResult, format_report
+
+    report = CheckReport(
+        "ex05_alibi.ipynb",
+        [ExerciseResult("alibi_bias", True, "passed")],
+        accidents=[
+            "cell 7 repeats the test cell `alibi_bias__public`; delete the copy"
+        ],
+    )
+    text = format_report(report)
+    assert "  - cell 7 repeats the test cell `alibi_bias__public`; delete the copy" in (
+        text.splitlines()
+    )
+
+
+@pytest.mark.slow
+def test_check_names_a_pasted_test_cell_and_runs_as_grading_would(tmp_path, solved):
+    from course_lib.grading.check import check_notebook
+
+    at = index_of(solved, "alibi_bias__answer")
+    paste = copy.deepcopy(solved.cells[index_of(solved, "alibi_bias__public")])
+    paste["id"] = "pasted"
+    solved.cells.insert(at, paste)  # above the answer: it would fail with NameError
+    path = tmp_path / f"{A}.ipynb"
+    nbformat.write(solved, str(path))
+    before = path.read_bytes()
+    report = check_notebook(path, cell_timeout=120)
+    assert path.read_bytes() == before
+    assert report.accidents == [
+        f"cell {at + 1} repeats the test cell `alibi_bias__public`; delete the copy"
+    ]
+    assert [e.name for e in report.exercises] == ["alibi_slopes", "alibi_bias"]
+    assert report.ok, report

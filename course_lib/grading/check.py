@@ -5,13 +5,17 @@ student's file is never modified), with the notebook's folder as working directo
 and the same memory limit as grading. Every cell whose nbgrader ``grade_id`` ends in
 ``__public`` is one exercise: it passes when it ran without an error, and the report
 shows the grader's message either way. No course folder or gradebook is needed.
+
+Before it runs, the copy goes through the repairs grading makes
+(:mod:`course_lib.grading.repair`, judged by the notebook's own grading metadata):
+a test cell pasted twice, a test cell dragged above its answer, a cell whose grading
+metadata changed. The report names each such accident and how to fix it, so that the
+student can fix it before submitting, and the checks run as grading would run them.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +46,8 @@ class CheckReport:
     notebook: str
     exercises: list[ExerciseResult]
     problems: list[str] = field(default_factory=list)
+    # accidents in the notebook (pasted, moved or changed cells), with the fix
+    accidents: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -77,17 +83,21 @@ def check_notebook(
     limits: KernelLimits | None = None,
 ) -> CheckReport:
     """Run the notebook at ``path`` and return one result per public check."""
-    import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
+
+    from .repair import Reference, Ungradable, read_notebook, repair_notebook
 
     path = Path(path).resolve()
     if not path.is_file():
         raise CourseError(f"{path} does not exist")
     try:
-        nb = nbformat.read(str(path), as_version=4)
-    except Exception as exc:  # noqa: BLE001 - reported to the student
-        raise CourseError(f"{path.name} is not a valid notebook: {exc}") from None
+        nb, _ = read_notebook(path, path.name)
+    except Ungradable as exc:
+        raise CourseError(str(exc)) from None
+    repaired = repair_notebook(nb, Reference.from_own_metadata(nb, path.stem))
+    accidents = [n.advice or n.text for n in repaired.notes if not n.routine]
+    nb = repaired.notebook
     publics = [
         c
         for c in nb.cells
@@ -102,52 +112,50 @@ def check_notebook(
     context = KernelContext(limits=limits)
     problems: list[str] = []
     kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
-    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
-        copy = Path(tmp) / path.name
-        shutil.copyfile(path, copy)
-        work = nbformat.read(str(copy), as_version=4)
-        client = NotebookClient(
-            work,
-            timeout=cell_timeout,
-            kernel_name=kernel,
-            allow_errors=True,
-            interrupt_on_timeout=True,
-            shutdown_kernel="immediate",
-            kernel_manager_class=GradingKernelManager,
-            resources={"metadata": {"path": str(path.parent)}},
-        )
-        timer = None
-        if limits.wall_seconds is not None:
-            timer = threading.Timer(limits.wall_seconds, context.kill)
-            timer.daemon = True
-            timer.start()
-        with kernel_context(context):
-            try:
-                # the kernel's own log lines (stderr) are not the student's concern
-                client.execute(stderr=subprocess.DEVNULL)
-            except DeadKernelError:
-                if context.killed:
-                    problems.append(
-                        f"the notebook exceeded {limits.wall_seconds:g} s "
-                        "and was stopped"
-                    )
-                else:
-                    problems.append(
-                        "the kernel died while the notebook ran (did a cell call "
-                        "exit() or run out of memory?); later cells did not run"
-                    )
-            except Exception as exc:  # noqa: BLE001 - e.g. a kernel that never started
+    work = nb  # the repaired copy: the student's file is never modified
+    client = NotebookClient(
+        work,
+        timeout=cell_timeout,
+        kernel_name=kernel,
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        shutdown_kernel="immediate",
+        kernel_manager_class=GradingKernelManager,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    timer = None
+    if limits.wall_seconds is not None:
+        timer = threading.Timer(limits.wall_seconds, context.kill)
+        timer.daemon = True
+        timer.start()
+    with kernel_context(context):
+        try:
+            # the kernel's own log lines (stderr) are not the student's concern
+            client.execute(stderr=subprocess.DEVNULL)
+        except DeadKernelError:
+            if context.killed:
                 problems.append(
-                    f"the notebook could not run: {type(exc).__name__}: {exc}"
+                    f"the notebook exceeded {limits.wall_seconds:g} s and was stopped"
                 )
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                context.kill()
-    return _report(path, work, problems)
+            else:
+                problems.append(
+                    "the kernel died while the notebook ran (did a cell call "
+                    "exit() or run out of memory?); later cells did not run"
+                )
+        except Exception as exc:  # noqa: BLE001 - e.g. a kernel that never started
+            problems.append(f"the notebook could not run: {type(exc).__name__}: {exc}")
+        finally:
+            if timer is not None:
+                timer.cancel()
+            context.kill()
+    report = _report(path, work, problems, repaired.origins)
+    report.accidents = accidents
+    return report
 
 
-def _report(path: Path, nb, problems: list[str]) -> CheckReport:
+def _report(
+    path: Path, nb, problems: list[str], origins: list[int | None] | None = None
+) -> CheckReport:
     answers = {}
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -157,7 +165,9 @@ def _report(path: Path, nb, problems: list[str]) -> CheckReport:
         if gid.endswith(ANSWER_SUFFIX):
             answers[gid[: -len(ANSWER_SUFFIX)]] = err
         elif err and not gid.endswith(PUBLIC_SUFFIX) and not gid.endswith("__hidden"):
-            problems.append(f"cell {index + 1} ({gid or 'no id'}) raised {err}")
+            number = origins[index] if origins else index + 1
+            where = f"cell {number}" if number else "a restored cell"
+            problems.append(f"{where} ({gid or 'no id'}) raised {err}")
     exercises = []
     for cell in nb.cells:
         gid = _grade_id(cell)
@@ -184,6 +194,11 @@ def format_report(report: CheckReport) -> str:
     """The text ``course check`` prints."""
     width = max(len(e.name) for e in report.exercises)
     lines = [f"{report.notebook}: {len(report.exercises)} exercises"]
+    if report.accidents:
+        lines.append(
+            "  accidents (grading repairs them, but fix them before you submit):"
+        )
+        lines += [f"  - {accident}" for accident in report.accidents]
     for e in report.exercises:
         mark = "PASS" if e.passed else "FAIL"
         first, *rest = e.message.splitlines() or [""]

@@ -280,6 +280,9 @@ class RepairResult:
 
     notebook: Any
     notes: list[Note] = field(default_factory=list)
+    # for each cell of the repaired notebook, its 1-based position in the submitted
+    # one (None: put back by the repair)
+    origins: list[int | None] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -649,7 +652,7 @@ def repair_notebook(nb, reference: Reference) -> RepairResult:
     nb.cells = [c.node for c in cells]
     _fix_ids(nb, notes)
     nb.nbformat, nb.nbformat_minor = 4, 5
-    return RepairResult(nb, notes)
+    return RepairResult(nb, notes, [c.origin for c in cells])
 
 
 def _is_released_text(ref: KnownCell, node) -> bool:
@@ -953,6 +956,7 @@ def repair_file(
         ) from None
     if with_notes_cell and result.texts(routine=False):
         result.notebook.cells.insert(0, notes_cell(result.notes))
+        result.origins.insert(0, None)
     nbformat.write(result.notebook, str(dest or path))
     return result
 
