@@ -580,3 +580,194 @@ def test_check_names_a_pasted_test_cell_and_runs_as_grading_would(tmp_path, solv
     ]
     assert [e.name for e in report.exercises] == ["alibi_slopes", "alibi_bias"]
     assert report.ok, report
+
+
+# ------------------------------------------- end to end: `course autograde` on a class
+
+
+def _course_cmd(*args: str, cwd: Path):
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "course_lib.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _accident_class(release_path: Path, answers: dict[str, str]) -> dict[str, object]:
+    """student -> submission (a notebook, or bytes): correct and wrong answers, clean
+    and with each accident."""
+    wrong = dict(answers)
+    wrong["alibi_bias__answer"] = answers["alibi_bias__answer"].replace(
+        "return -alibi_slopes", "return alibi_slopes"
+    )
+    assert wrong != answers, "the ex05 solution changed; update this test's edit"
+
+    def nb(ans=answers):
+        return student_notebook(release_path, ans)
+
+    def paste(notebook, grade_id, at_id):
+        cell = copy.deepcopy(notebook.cells[index_of(notebook, grade_id)])
+        cell["id"] = "pasted-copy"
+        notebook.cells.insert(index_of(notebook, at_id), cell)
+        return notebook
+
+    dup_answer = nb()
+    stub = copy.deepcopy(
+        student_notebook(release_path).cells[index_of(dup_answer, "alibi_bias__answer")]
+    )
+    stub["id"] = "stub-copy"
+    dup_answer.cells.insert(index_of(dup_answer, "alibi_bias__answer"), stub)
+
+    extra = nb()
+    cell = nbformat.v4.new_code_cell("scratch = 1")
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": "cell-5d1e",
+        "locked": False,
+        "points": 2,
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+    }
+    extra.cells.insert(2, cell)
+
+    no_metadata = nb()
+    for grade_id in ("alibi_slopes__answer", "alibi_slopes__public"):
+        del no_metadata.cells[index_of(no_metadata, grade_id)].metadata["nbgrader"]
+
+    moved = nb()
+    public = moved.cells.pop(index_of(moved, "alibi_bias__public"))
+    moved.cells.insert(index_of(moved, "alibi_bias__answer"), public)
+
+    outputs = nb()
+    for i, c in enumerate(c for c in outputs.cells if c.cell_type == "code"):
+        c.execution_count = i + 1
+        c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="old\n")]
+
+    return {
+        "clean": nb(),
+        "dup_test": paste(nb(), "alibi_bias__public", "alibi_bias__answer"),
+        "dup_answer": dup_answer,
+        "extra_cell": extra,
+        "no_metadata": no_metadata,
+        "moved_test": moved,
+        "outputs_left": outputs,
+        "old_format": _as_old_format(nb(), 2),
+        "wrong": nb(wrong),
+        "wrong_dup_test": paste(nb(wrong), "alibi_bias__public", "alibi_bias__answer"),
+        "not_json": b'{"cells": [\n  {"cell_type": "code",\n  "source": ',
+    }
+
+
+@pytest.fixture(scope="module")
+def repaired_class(tmp_path_factory):
+    from course_lib.grading.synthetic import scratch_course, write_submission
+
+    tmp = tmp_path_factory.mktemp("repair-e2e")
+    course = scratch_course(tmp / "course", ROOT, [A])
+    out = _course_cmd("release", A, cwd=course.root)
+    assert out.returncode == 0, out.stderr
+    release_path = course.root / "notebooks" / A / f"{A}.ipynb"
+    answers = solution_answers(course.root / "solutions" / A / f"{A}.ipynb")
+    inbox = tmp / "inbox"
+    for student, submission in _accident_class(release_path, answers).items():
+        write_submission(inbox, student, A, submission)
+    collected = _course_cmd("collect", str(inbox), "--assignment", A, cwd=course.root)
+    assert collected.returncode == 0, collected.stderr
+    submitted = {
+        p.parent.parent.name: p.read_bytes()
+        for p in course.submitted_dir.glob(f"*/{A}/{A}.ipynb")
+    }
+    run = _course_cmd(
+        "autograde",
+        A,
+        "--jobs",
+        "2",
+        "--no-progress",
+        "--cell-timeout",
+        "60",
+        cwd=course.root,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    return course, submitted, run
+
+
+def _scores(course) -> dict[str, tuple[float, float]]:
+    with course.gradebook() as gb:
+        return {
+            s.student.id: (float(s.score), float(s.max_score))
+            for s in gb.assignment_submissions(A)
+        }
+
+
+@pytest.mark.slow
+def test_accidents_are_graded_as_meant(repaired_class):
+    from course_lib.grading.gradebook import read_status
+
+    course, submitted, run = repaired_class
+    scores = _scores(course)
+    with course.gradebook() as gb:
+        status = read_status(gb, A)
+        max_score = float(gb.find_assignment(A).max_score)
+    assert scores["clean"] == (max_score, max_score)
+    correct = ["dup_test", "dup_answer", "extra_cell", "no_metadata", "moved_test"]
+    routine = ["outputs_left", "old_format"]
+    for student in correct + routine:
+        assert status[student].status == "graded", (student, status[student])
+        assert scores[student] == scores["clean"], (student, status[student])
+    # a wrong answer keeps its wrong score, accident or not
+    assert scores["wrong"][0] < max_score
+    assert scores["wrong_dup_test"] == scores["wrong"]
+    assert status["wrong_dup_test"].failures == status["wrong"].failures
+    # the table names each repair; routine clean-up is not listed
+    table = run.stdout
+    for student in correct + ["wrong_dup_test"]:
+        row = next(ln for ln in table.splitlines() if ln.strip().startswith(student))
+        following = table.split(row, 1)[1].splitlines()[1]
+        assert "repaired:" in following and "cell " in following, (student, table)
+    for student in ["clean", *routine]:
+        row = next(ln for ln in table.splitlines() if ln.strip().startswith(student))
+        after = table.split(row, 1)[1].splitlines()
+        assert not after or "repaired:" not in after[1], (student, table)
+    # the students' files are never modified
+    for student, data in submitted.items():
+        path = course.submitted_dir / student / A / f"{A}.ipynb"
+        assert path.read_bytes() == data, student
+
+
+@pytest.mark.slow
+def test_a_file_that_is_not_a_notebook_gets_a_plain_reason(repaired_class):
+    from course_lib.grading.gradebook import read_status
+
+    course, _, _ = repaired_class
+    with course.gradebook() as gb:
+        row = read_status(gb, A)["not_json"]
+    assert row.status == "ungradable"
+    assert row.reason.startswith(f"{A}.ipynb is not a valid notebook (invalid JSON")
+    assert not _PYTHONISH.search(row.reason), row.reason
+    assert _scores(course)["not_json"][0] == 0
+
+
+@pytest.mark.slow
+def test_feedback_and_rerun_carry_the_repairs(repaired_class):
+    import html
+
+    course, _, first = repaired_class
+    out = _course_cmd("feedback", A, cwd=course.root)
+    assert out.returncode == 0, out.stderr
+    page = (course.feedback_dir / "dup_test" / A / f"{A}.html").read_text()
+    assert "Repairs made before grading" in page
+    assert "repeats the test cell" in html.unescape(page)
+    clean = (course.feedback_dir / "clean" / A / f"{A}.html").read_text()
+    assert "Repairs made before grading" not in clean
+    again = _course_cmd(
+        "autograde", A, "--no-progress", "--cell-timeout", "60", cwd=course.root
+    )
+    assert again.returncode == 0, again.stderr
+    assert "11 unchanged" in again.stdout
+    repaired = [ln for ln in first.stdout.splitlines() if "repaired:" in ln]
+    assert repaired == [ln for ln in again.stdout.splitlines() if "repaired:" in ln]
