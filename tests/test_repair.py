@@ -756,9 +756,19 @@ def test_a_file_that_is_not_a_notebook_gets_a_plain_reason(repaired_class):
 def test_feedback_and_rerun_carry_the_repairs(repaired_class):
     import html
 
+    from course_lib.grading.feedback import feedback
+
     course, _, first = repaired_class
-    out = _course_cmd("feedback", A, cwd=course.root)
-    assert out.returncode == 0, out.stderr
+    result = feedback(course, A)
+    assert set(result.repaired) == {
+        "dup_test",
+        "dup_answer",
+        "extra_cell",
+        "no_metadata",
+        "moved_test",
+        "wrong_dup_test",
+    }
+    assert any("repeats the test cell" in t for t in result.repaired["dup_test"])
     page = (course.feedback_dir / "dup_test" / A / f"{A}.html").read_text()
     assert "Repairs made before grading" in page
     assert "repeats the test cell" in html.unescape(page)

@@ -6,6 +6,10 @@ autograded notebooks and the gradebook. A submission that could not be graded ha
 autograded notebook, so nbgrader skips it; this module writes the same file for it
 with the reason and the score of zero, so that every student who submitted gets
 feedback through nbgrader's ``release_feedback``.
+
+A submission whose accidents were repaired before grading (a pasted or moved cell,
+lost metadata: :mod:`course_lib.grading.repair`) carries the list of repairs as the
+first cell of its autograded notebook, so nbgrader's page shows it at the top.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 
 from .course import Course, CourseError
 from .gradebook import read_status
+from .repair import notes_from_notebook
 
 __all__ = ["FeedbackResult", "feedback"]
 
@@ -26,6 +31,8 @@ class FeedbackResult:
     assignment: str
     graded: list[str] = field(default_factory=list)
     ungradable: list[str] = field(default_factory=list)
+    # student -> the repairs their feedback lists (students without repairs absent)
+    repaired: dict[str, list[str]] = field(default_factory=dict)
 
 
 _PAGE = """<!DOCTYPE html>
@@ -66,6 +73,15 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
             result.graded += sorted(
                 str(p.relative_to(course.root)) for p in folder.glob("*.html")
             )
+            repairs = [
+                text
+                for nb in notebooks
+                for text in notes_from_notebook(
+                    course.autograded_dir / student / assignment / f"{nb}.ipynb"
+                )
+            ]
+            if repairs:
+                result.repaired[student] = repairs
     for student, row in sorted(status.items()):
         if row.status != "ungradable":
             continue
