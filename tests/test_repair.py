@@ -389,6 +389,19 @@ def test_a_damaged_cell_is_named():
     assert reason.startswith("cell 2 of ex05_alibi.ipynb is damaged")
 
 
+def test_a_cell_the_schema_rejects_is_named(tmp_path, release, reference):
+    raw = json.loads(nbformat.writes(release))
+    raw["cells"][2]["attachments"] = {"figure.png": "not a mapping"}
+    path = tmp_path / "student.ipynb"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(Ungradable) as info:
+        repair_file(path, reference, tmp_path / "private.ipynb")
+    reason = str(info.value)
+    assert reason.startswith(f"cell 3 of {A}.ipynb is damaged"), reason
+    assert not _PYTHONISH.search(reason), reason
+    assert not (tmp_path / "private.ipynb").exists()
+
+
 def test_nbgrader_errors_are_told_in_words():
     from course_lib.grading.autograde import _nbgrader_error
 

@@ -950,15 +950,32 @@ def repair_file(
     try:
         nbformat.validate(result.notebook)
     except Exception as exc:  # noqa: BLE001 - a notebook nbformat does not accept
-        raise Ungradable(
-            f"{path.name} is damaged in a way grading cannot repair ({_plain(exc)}); "
-            "open it in JupyterLab, save it and submit it again"
-        ) from None
+        raise Ungradable(_damage(result, f"{reference.notebook}.ipynb", exc)) from None
     if with_notes_cell and result.texts(routine=False):
         result.notebook.cells.insert(0, notes_cell(result.notes))
         result.origins.insert(0, None)
     nbformat.write(result.notebook, str(dest or path))
     return result
+
+
+def _damage(result: RepairResult, name: str, exc: Exception) -> str:
+    """Why a repaired notebook still fails nbformat's schema, naming the first cell
+    that fails it."""
+    from nbformat.v4.nbbase import validate
+
+    for cell, origin in zip(result.notebook.cells, result.origins, strict=False):
+        try:
+            validate(cell, f"{cell['cell_type']}_cell")
+        except Exception as cell_exc:  # noqa: BLE001 - the schema's complaint
+            where = f"cell {origin}" if origin else "a cell"
+            return (
+                f"{where} of {name} is damaged ({_plain(cell_exc)}); open the "
+                "notebook in JupyterLab, delete or retype that cell and submit it again"
+            )
+    return (
+        f"{name} is damaged in a way grading cannot repair ({_plain(exc)}); open it "
+        "in JupyterLab, save it and submit it again"
+    )
 
 
 def notes_cell(notes: Iterable[Note | str]):
