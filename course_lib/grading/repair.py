@@ -631,7 +631,7 @@ def repair_notebook(nb, reference: Reference) -> RepairResult:
                             f"the {ref.kind} `{ref.grade_id}` ({c.where}) had been "
                             "edited; grading uses the released text",
                             advice=f"the {ref.kind} `{ref.grade_id}` ({c.where}) was "
-                            "edited; grading uses the released text",
+                            "edited; grading uses the released text, so undo the edit",
                         )
                     )
                 c.node["source"] = ref.source
