@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; this course needs Python 3.11 (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[lab,book,grading,test]'
 	@# Optional package that costs ~6 s at every jupyter/nbgrader start-up.
 	$(BIN)/python -m pip uninstall --quiet -y rfc3987-syntax || true
 	touch $(STAMP)
