@@ -231,7 +231,8 @@ def test_source_notebook_has_the_contracted_cells(assignment) -> None:
             "### END HIDDEN TESTS"
         )
         assert cells.index(answer) < cells.index(public) < cells.index(hidden)
-    intro = _source(cells[0])
+    # the first markdown cell (the set-up cell comes before it)
+    intro = _source(next(c for c in cells if c["cell_type"] == "markdown"))
     chapter = re.search(r"\(\.\./\.\./book/(\d\d-[a-z-]+)\.md\)", intro)
     assert chapter, intro
     assert chapter.group(1).startswith(assignment[2:4])
@@ -314,7 +315,12 @@ def _solution_namespace(assignment: str) -> dict:
     """The imports cell and every answer cell of the solution, run in one namespace."""
     cells = _cells(ROOT / "solutions" / assignment / f"{assignment}.ipynb")
     namespace: dict = {"__name__": "__main__"}
-    code = [c for c in cells if c["cell_type"] == "code"]
+    code = [  # the set-up cell (installs course_lib where missing) is not needed here
+        c
+        for c in cells
+        if c["cell_type"] == "code"
+        and "course-setup" not in c["metadata"].get("tags", [])
+    ]
     for cell in code:
         if cell is code[0] or (
             _nbgrader(cell).get("solution") and not _nbgrader(cell).get("grade")

@@ -262,7 +262,11 @@ def _notebook_namespace(assignment: str, *, kinds=("answer", "locked")) -> dict:
     source notebook in a fresh namespace (no kernel, no test cells)."""
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4)
     namespace: dict = {"__name__": f"notebook_{assignment}"}
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    code = [  # the set-up cell (installs course_lib where missing) is not needed here
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and "course-setup" not in c.metadata.get("tags", [])
+    ]
     exec(compile(code[0].source, f"{assignment}[imports]", "exec"), namespace)
     for cell in code[1:]:
         meta = cell.metadata.get("nbgrader", {})
@@ -391,7 +395,8 @@ def test_source_notebook_has_the_contracted_cells(assignment) -> None:
         assert task.cell_type == "markdown" and f"{name}(" in task.source
         assert cells.index(answer) < cells.index(public) < cells.index(hidden)
     assert total == 3 * len(GRADED[assignment])
-    chapter = re.search(r"\(\.\./\.\./book/(\d\d-[a-z-]+)\.md\)", cells[0].source)
+    intro = next(c for c in cells if c.cell_type == "markdown")  # after the set-up
+    chapter = re.search(r"\(\.\./\.\./book/(\d\d-[a-z-]+)\.md\)", intro.source)
     assert chapter and chapter.group(1).startswith(assignment[2:4])
     assert f"file: book/{chapter.group(1)}\n" in (ROOT / "_toc.yml").read_text()
 

@@ -4,6 +4,11 @@
 The gradebook is created when it does not exist and the assignment is added to it:
 ``nbgrader generate_assignment`` records every graded cell and locked cell there, and
 ``autograde`` later needs exactly that record.
+
+Before generating, every source notebook of the assignment is made to start with the
+set-up cell of :mod:`course_lib.grading.launch` (inserted, or refreshed when the
+settings in ``_config.yml`` changed), so each release starts with it too. A course
+folder without ``_config.yml`` (a scratch grading folder) keeps its sources as they are.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .course import Course, CourseError
+from .launch import read_settings, refresh_setup_cells
 
 __all__ = ["ReleaseResult", "release"]
 
@@ -34,9 +40,13 @@ def release(course: Course, which: str = "all") -> list[ReleaseResult]:
         assignments = available
     else:
         assignments = [course.resolve_assignment(which, known=available)]
+    settings = read_settings(course.root)
     api = course.api()
     results = []
     for assignment in assignments:
+        if settings is not None:
+            sources = sorted((course.source_dir / assignment).glob("*.ipynb"))
+            refresh_setup_cells(sources, settings)
         outcome = api.generate_assignment(assignment, force=True, create=True)
         if not outcome.get("success"):
             detail = (outcome.get("error") or outcome.get("log") or "").strip()
