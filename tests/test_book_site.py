@@ -1,6 +1,7 @@
 """The book, built strictly and read in a real browser.
 
-One session fixture builds the whole book with ``jupyter-book build -W -n
+One session fixture (``built_book`` in ``conftest.py``, shared with
+``test_launch_links.py``) builds the whole book with ``jupyter-book build -W -n
 --keep-going`` into a temporary directory (a failing cell, a broken reference or a
 missing citation fails the build). It reuses the execution cache of an earlier
 ``make book`` when there is one, so the notebooks are re-executed only when their
@@ -12,14 +13,7 @@ in Debian's Chromium driven by Playwright.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import re
-import shutil
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -27,7 +21,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 KNOWN_JS_ERROR = "THEBE_JS_URL"  # sphinx-thebe declares it twice on every page
 
 pytestmark = pytest.mark.slow
@@ -48,35 +41,6 @@ def source_of(page: str) -> Path:
         if path.exists():
             return path
     raise FileNotFoundError(page)
-
-
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("book")
-    cache = ROOT / "_build" / ".jupyter_cache"
-    if cache.is_dir():
-        shutil.copytree(cache, out / "_build" / ".jupyter_cache")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run(
-        [
-            str(jb),
-            "build",
-            str(ROOT),
-            "--path-output",
-            str(out),
-            "-W",
-            "-n",
-            "--keep-going",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"strict book build failed:\n{log[-6000:]}"
-    html = out / "_build" / "html"
-    assert (html / "index.html").is_file()
-    return html
 
 
 def test_every_toc_page_has_a_source() -> None:
@@ -116,47 +80,6 @@ def test_book_is_self_contained(built_book: Path) -> None:
         for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS"):
             assert marker not in html, (page, marker)
     assert with_math >= 10, "the chapters' math should load the local MathJax"
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="session")
-def server(built_book: Path):
-    handler = functools.partial(_QuietHandler, directory=str(built_book))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("/usr/bin/chromium is missing: `make test` installs it")
-        pytest.skip("Debian chromium is not installed (`make test` installs it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield b
-        b.close()
 
 
 # Text outside code that still holds TeX delimiters means MathJax did not typeset it.
