@@ -20,7 +20,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Tools started by the project (nbgrader's alembic, jupyter, course) come from .venv.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help setup book test test-fast lint bench release lab clean
+.PHONY: help setup book test test-fast lint bench release notebooks lab clean
 
 help:
 	@sed -n '2,8p' Makefile
@@ -70,8 +70,14 @@ lint: setup
 bench: setup
 	$(BIN)/python -m benchmarks
 
+# Student releases (notebooks/) from solutions/, each with the set-up cell; then the
+# chapter notebooks that the book's launch buttons open (book/notebooks/).
 release: setup
 	$(BIN)/course release all
+	$(BIN)/python -m course_lib.grading.launch
+
+notebooks: setup
+	$(BIN)/python -m course_lib.grading.launch
 
 lab: setup
 	$(BIN)/course lab
