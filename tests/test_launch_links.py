@@ -188,10 +188,9 @@ def repository_path(href: str, base: str) -> str | None:
     """The repository path a launch or download link opens, or None when the link is
     none of those (the repository and issue buttons)."""
     url = urlparse(href)
-    if href.startswith(base):  # a download from the site: _sources/<repo path>
+    if href.startswith(base):  # a download from the site is _sources/<repo path>
         path = url.path.lstrip("/")
-        assert path.startswith("_sources/"), href
-        return path.removeprefix("_sources/")
+        return path.removeprefix("_sources/") if path.startswith("_sources/") else None
     if url.netloc == "mybinder.org":
         prefix = f"/v2/gh/{ORG}/{REPO}/{BRANCH}"
         assert url.path == prefix, f"Binder builds another repository: {href}"
@@ -212,7 +211,7 @@ def repository_path(href: str, base: str) -> str | None:
 
 _LINKS = """() => Array.from(document.querySelectorAll(
     '.dropdown-launch-buttons a, .dropdown-download-buttons a, article a[href]'))
-  .map(a => ({href: a.href, text: (a.getAttribute('title') || a.textContent).trim(),
+  .map(a => ({href: a.href, text: a.textContent.trim(),
               launch: !!a.closest('.dropdown-launch-buttons'),
               download: !!a.closest('.dropdown-download-buttons')}))"""
 
@@ -237,7 +236,7 @@ def test_launch_and_download_links_open_repository_files(
     downloads = [link for link in links if link["download"]]
     if page in _notebook_pages():
         titles = {link["text"] for link in launch}
-        assert {"Launch on Binder", "Launch on Colab"} <= titles, titles
+        assert {"Binder", "Colab"} <= titles, titles
         assert any(link["href"].endswith(".ipynb") for link in downloads), downloads
     assert downloads, f"{page}: no download button"
     checked = 0
@@ -247,6 +246,13 @@ def test_launch_and_download_links_open_repository_files(
         + [link for link in links if not link["launch"] and not link["download"]]
     ):
         path = repository_path(link["href"], server)
+        if link["launch"] or link["download"]:
+            # the repository and issue buttons are the only other entries
+            assert (
+                path is not None
+                or link["href"] == REPO_URL
+                or link["href"].startswith(f"{REPO_URL}/issues/")
+            ), f"{page}: {link['text']} {link['href']} opens no repository file"
         if path is None:
             continue
         assert (ROOT / path).is_file(), (
