@@ -53,6 +53,7 @@ $(SYSTEM_STAMP):
 setup: $(STAMP) $(MATHJAX)
 
 book: setup
+	$(BIN)/python -m course_lib.grading.launch
 	$(BIN)/jupyter-book build . --builder html
 	@echo ""
 	@echo "The book is built. Open file://$(CURDIR)/_build/html/index.html"
