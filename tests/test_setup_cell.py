@@ -164,3 +164,21 @@ def test_course_release_gives_a_new_assignment_the_cell(tmp_path: Path) -> None:
         if c["metadata"].get("nbgrader", {}).get("grade")
     )
     assert result.points == points
+
+
+def test_a_bad_launch_setting_stops_course_release_with_one_line(
+    tmp_path: Path, capsys
+) -> None:
+    from course_lib.cli import main
+
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    shutil.copytree(
+        ROOT / "solutions" / "ex05_alibi", tmp_path / "solutions/ex05_alibi"
+    )
+    config = json.loads(json.dumps(CONFIG))
+    config["launch_buttons"]["jupyterhub_url"] = "https://hub.some-class.org"
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))
+    assert main(["release", "--root", str(tmp_path), "ex05"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "student_repository" in err, err
+    assert not (tmp_path / "notebooks").exists()  # nothing released

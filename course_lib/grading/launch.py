@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .course import CourseError
+
 __all__ = [
     "CHAPTER_NOTEBOOK_DIR",
     "SETUP_CELL_TEMPLATE",
@@ -83,8 +85,9 @@ if importlib.util.find_spec("course_lib") is None:
     importlib.invalidate_caches()"""
 
 
-class LaunchSettingsError(ValueError):
-    """A launch setting in ``_config.yml`` is missing or malformed."""
+class LaunchSettingsError(CourseError, ValueError):
+    """A launch setting in ``_config.yml`` is missing or malformed (``course release``
+    prints the message without a traceback)."""
 
 
 @dataclass(frozen=True)
