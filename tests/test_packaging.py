@@ -141,7 +141,7 @@ def test_binder_installs_the_core_with_cpu_torch_at_the_pinned_versions() -> Non
         )
     post = ROOT / "binder" / "postBuild"
     assert os.access(post, os.X_OK), "binder/postBuild must be executable"
-    assert "pip install --no-cache-dir --no-deps ." in post.read_text()
+    assert "pip install --no-cache-dir --no-deps -e ." in post.read_text()
     runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
     assert runtime.removeprefix("python-") in SpecifierSet(PROJECT["requires-python"])
 
