@@ -1,0 +1,374 @@
+"""The student edition of ``course_lib``: the package a credit-bearing class installs,
+and the only ``course_lib`` a grading kernel sees.
+
+It is written from the full package by source transformation, so there is one source:
+
+* every *exercise target* (a library function that a grader of ``course_lib.checks``
+  compares with, such as :func:`course_lib.alibi.alibi_bias`) keeps its signature and
+  the first paragraph of its docstring, and its body becomes a stub that raises
+  "alibi_bias is exercise 5: implement it in your notebook";
+* the public checks take their expected values from the stored file
+  ``checks/public_expected.pt`` (:mod:`course_lib.checks._stored`) instead of the
+  references;
+* every hidden grader ``grade_<name>`` becomes a stub saying that it runs at grading;
+  its inputs and the private helpers only it used are gone;
+* of the instructor tool (``grading/``) only what ``course check`` needs is kept:
+  :mod:`~course_lib.grading.check`, :mod:`~course_lib.grading.kernel`,
+  :mod:`~course_lib.grading.repair`, :mod:`~course_lib.grading.course`. Release,
+  autograde, feedback, reports, the sandbox and this module are left out.
+
+Private module-level helpers that nothing refers to any more after these changes are
+removed, so a stubbed target leaves no private copy of its work behind.
+
+:func:`build_student_wheel` builds the wheel offline from that tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = [
+    "STUDENT_GRADING_MODULES",
+    "build_student_wheel",
+    "exercise_targets",
+    "write_student_edition",
+]
+
+PACKAGE = Path(__file__).resolve().parent.parent
+# The part of grading/ that `course check` needs on a student's machine.
+STUDENT_GRADING_MODULES = (
+    "__init__.py",
+    "_rlimit_exec.py",
+    "check.py",
+    "course.py",
+    "kernel.py",
+    "repair.py",
+)
+_DATA_FILES = ("checks/public_expected.pt", "py.typed")
+_EXERCISE = re.compile(r"ex(\d+)_")
+
+
+def _checks_files(package: Path) -> list[Path]:
+    return sorted((package / "checks").glob("ex[0-9]*_*.py"))
+
+
+def _target_imports(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """alias -> (library module, function) of a checks module's top-level imports of
+    references (the same rule as :func:`course_lib.checks._stored.target_imports`)."""
+    out: dict[str, tuple[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "course_lib."
+        ):
+            if node.module.startswith(("course_lib.checks", "course_lib.experiments")):
+                continue
+            for alias in node.names:
+                out[alias.asname or alias.name] = (node.module, alias.name)
+    return out
+
+
+def exercise_targets(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """``{library module: {function: exercise number}}``: the functions the graders
+    compare with. A function several exercises use is named after the exercise that
+    asks for it (``check_<name>``), else the first one that uses it."""
+    found: dict[str, dict[str, int]] = {}
+    own: dict[str, int] = {}
+    for path in _checks_files(package):
+        number = int(_EXERCISE.match(path.name).group(1))
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("check_"):
+                own.setdefault(node.name.removeprefix("check_"), number)
+        for module, name in _target_imports(tree).values():
+            found.setdefault(module, {}).setdefault(name, number)
+    return {
+        module: {name: own.get(name, number) for name, number in names.items()}
+        for module, names in found.items()
+    }
+
+
+# --- source surgery -------------------------------------------------------------------
+
+
+def _replace_lines(source: str, edits: list[tuple[int, int, str]]) -> str:
+    """Replace 1-based inclusive line ranges ``(first, last, text)`` (non-overlapping)."""
+    lines = source.splitlines(keepends=True)
+    for first, last, text in sorted(edits, reverse=True):
+        lines[first - 1 : last] = [text] if text else []
+    return "".join(lines)
+
+
+def _first_paragraph(node: ast.FunctionDef) -> str | None:
+    doc = ast.get_docstring(node)
+    if not doc:
+        return None
+    return doc.split("\n\n")[0].strip()
+
+
+def _stub_body(
+    node: ast.FunctionDef, message: str, indent: str, keep_doc: bool
+) -> str:
+    doc = _first_paragraph(node) if keep_doc else None
+    out = ""
+    if doc:
+        doc = doc.replace('"""', "'''").replace("\\", "\\\\")
+        out += f'{indent}"""{doc}"""\n'
+    out += f"{indent}raise NotImplementedError({message!r})\n"
+    return out
+
+
+def _body_span(node: ast.FunctionDef) -> tuple[int, int, str]:
+    first = node.body[0]
+    line = first.lineno
+    indent = " " * first.col_offset
+    return line, node.end_lineno, indent
+
+
+def _stub_functions(source: str, stubs: dict[str, str], *, keep_doc: bool) -> str:
+    """Replace the bodies of the top-level functions named in ``stubs`` (name ->
+    message) by ``raise NotImplementedError(message)``, after the first paragraph of
+    the docstring if ``keep_doc``."""
+    tree = ast.parse(source)
+    edits = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in stubs:
+            first, last, indent = _body_span(node)
+            edits.append((first, last, _stub_body(node, stubs[node.name], indent, keep_doc)))
+    missing = set(stubs) - {
+        n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+    }
+    if missing:
+        raise RuntimeError(f"cannot stub {sorted(missing)}: no such top-level function")
+    return _replace_lines(source, edits)
+
+
+def _oracle_imports(source: str) -> str:
+    """A checks module's imports of references become stored-value oracles."""
+    tree = ast.parse(source)
+    edits = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "course_lib."
+        ):
+            if node.module.startswith(("course_lib.checks", "course_lib.experiments")):
+                continue
+            text = "".join(
+                f"{a.asname or a.name} = _stored.reference({a.name!r})\n"
+                for a in node.names
+            )
+            edits.append((node.lineno, node.end_lineno, text))
+    if not edits:
+        return source
+    # the oracle module is imported where the first reference import was
+    first = min(e[0] for e in edits)
+    edits = [
+        (a, b, ("from . import _stored\n" + t) if a == first else t)
+        for a, b, t in edits
+    ]
+    return _replace_lines(source, edits)
+
+
+def _defined_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        names = []
+        for target in node.targets:
+            if not isinstance(target, ast.Name):
+                return []
+            names.append(target.id)
+        return names
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
+def _used_names(tree: ast.AST, skip: ast.AST | None = None) -> set[str]:
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if node is skip:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.alias):
+            used.add(node.name)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value))
+    return used
+
+
+def _prune_private(files: dict[Path, str]) -> dict[Path, str]:
+    """Remove private top-level definitions (``_name``) that no file refers to any
+    more, until none is left (one removal can orphan another)."""
+    while True:
+        trees = {path: ast.parse(text) for path, text in files.items()}
+        uses = {
+            path: [(stmt, _used_names(stmt)) for stmt in tree.body]
+            for path, tree in trees.items()
+        }
+        # how many top-level statements, in all files, use each name
+        count: Counter[str] = Counter()
+        for stmts in uses.values():
+            for _stmt, used in stmts:
+                count.update(used)
+        removed = False
+        for path, stmts in uses.items():
+            edits = []
+            for node, used in stmts:
+                names = _defined_names(node)
+                if not names or not all(
+                    n.startswith("_") and not n.startswith("__") for n in names
+                ):
+                    continue
+                if all(count[n] - (n in used) == 0 for n in names):
+                    first = min(
+                        [node.lineno]
+                        + [d.lineno for d in getattr(node, "decorator_list", [])]
+                    )
+                    edits.append((first, node.end_lineno, ""))
+            if edits:
+                files[path] = _replace_lines(files[path], edits)
+                removed = True
+        if not removed:
+            return files
+
+
+def _hidden_stub(name: str) -> str:
+    return (
+        f"{name} is a hidden test: it runs only when your notebook is graded "
+        "(the public check_ functions run here)"
+    )
+
+
+def _student_files(package: Path) -> Iterable[Path]:
+    for path in sorted(package.rglob("*")):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or path.is_dir():
+            continue
+        if rel.parts[0] == "grading" and (
+            len(rel.parts) != 2 or rel.name not in STUDENT_GRADING_MODULES
+        ):
+            continue
+        if path.suffix == ".py" or rel.as_posix() in _DATA_FILES:
+            yield path
+
+
+def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
+    """Write the student edition of ``package`` to ``dest/course_lib`` (``dest`` must
+    not hold one already) and return that folder."""
+    out = Path(dest) / "course_lib"
+    if out.exists():
+        raise FileExistsError(f"{out} exists already: choose an empty folder")
+    stored = package / "checks" / "public_expected.pt"
+    if not stored.exists():
+        raise FileNotFoundError(
+            f"{stored} is missing: run `python -m course_lib.checks._stored` first"
+        )
+    targets = exercise_targets(package)
+    sources: dict[Path, str] = {}
+    for path in _student_files(package):
+        rel = path.relative_to(package)
+        if path.suffix != ".py":
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out / rel)
+            continue
+        text = path.read_text()
+        module = "course_lib." + ".".join(rel.with_suffix("").parts)
+        if module in targets:
+            text = _stub_functions(
+                text,
+                {
+                    name: f"{name} is exercise {number}: implement it in your notebook"
+                    for name, number in targets[module].items()
+                },
+                keep_doc=True,
+            )
+        if rel.parts[0] == "checks" and _EXERCISE.match(rel.name):
+            text = _oracle_imports(text)
+            hidden = [
+                n.name
+                for n in ast.parse(text).body
+                if isinstance(n, ast.FunctionDef) and n.name.startswith("grade_")
+            ]
+            # no docstring: a hidden grader's describes its hidden cases
+            text = _stub_functions(
+                text, {n: _hidden_stub(n) for n in hidden}, keep_doc=False
+            )
+        sources[rel] = text
+    sources = _prune_private(sources)
+    for rel, text in sources.items():
+        compile(text, str(rel), "exec")  # a transformation bug fails here, not later
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    return out
+
+
+def _pyproject(package: Path) -> str:
+    """The student wheel's metadata: the main project's core (no extras, no
+    optional tools), under the same name and version."""
+    main = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    project = main["project"]
+
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+    scripts = "".join(
+        f'{name} = "{target}"\n' for name, target in project.get("scripts", {}).items()
+    )
+    return (
+        "[build-system]\n"
+        'requires = ["setuptools>=68", "wheel"]\n'
+        'build-backend = "setuptools.build_meta"\n\n'
+        "[project]\n"
+        f'name = "{project["name"]}"\n'
+        f'version = "{project["version"]}"\n'
+        f'description = "{project["description"]} (student edition)"\n'
+        f'requires-python = "{project["requires-python"]}"\n'
+        f"dependencies = {toml_list(project['dependencies'])}\n\n"
+        "[project.scripts]\n"
+        f"{scripts}\n"
+        "[tool.setuptools.packages.find]\n"
+        'include = ["course_lib*"]\n\n'
+        "[tool.setuptools.package-data]\n"
+        '"course_lib" = ["py.typed"]\n'
+        '"course_lib.checks" = ["public_expected.pt"]\n'
+    )
+
+
+def build_student_wheel(dest_dir: Path) -> Path:
+    """Build the student wheel (offline, no build isolation) into ``dest_dir`` and
+    return the ``.whl`` path."""
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="course-student-") as tmp:
+        root = Path(tmp) / "src"
+        write_student_edition(root)
+        (root / "pyproject.toml").write_text(_pyproject(PACKAGE))
+        before = set(dest_dir.glob("*.whl"))
+        run = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+             "--no-index", "--quiet", "--wheel-dir", str(dest_dir), str(root)],
+            capture_output=True, text=True, cwd=tmp,
+        )
+        if run.returncode != 0:
+            raise RuntimeError(
+                "building the student wheel failed: "
+                + (run.stderr.strip().splitlines() or ["(no message)"])[-1]
+            )
+    built = sorted(set(dest_dir.glob("course_lib-*.whl")) - before) or sorted(
+        dest_dir.glob("course_lib-*.whl"), key=lambda p: p.stat().st_mtime
+    )[-1:]
+    if not built:
+        raise RuntimeError(f"pip reported success but left no wheel in {dest_dir}")
+    return built[-1]
