@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from . import _record
+from ._errors import CheckFailed
 
 __all__ = [
     "CheckFailed",
@@ -54,10 +55,6 @@ _equal = torch.equal
 _Tensor = torch.Tensor
 _WIDE_FLOATS = (torch.float32, torch.float64)
 _WIDE_INTEGERS = (torch.int32, torch.int64)
-
-
-class CheckFailed(AssertionError):
-    """A check found a wrong answer; the message says what and, where known, why."""
 
 
 class _ReferenceCalled(BaseException):

@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from ._errors import CheckFailed
+
 __all__ = [
     "StudentFunction",
     "Tampered",
@@ -431,8 +433,6 @@ class _Recorder:
         try:
             result, notes = impl(fn, args, kwargs, call)
         except BaseException as exc:
-            from ._core import CheckFailed
-
             if isinstance(exc, CheckFailed):
                 event["raised"] = str(exc)[:_MAX_TEXT]
                 self._add(event)
@@ -590,8 +590,6 @@ class _Replay:
             )
         notes = [str(n)[:_MAX_TEXT] for n in event.get("notes") or []][:20]
         if "raised" in event:
-            from ._core import CheckFailed
-
             raise CheckFailed(str(event["raised"])[:_MAX_TEXT])
         try:
             result = decode(event.get("result"))

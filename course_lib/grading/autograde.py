@@ -381,7 +381,7 @@ def _prepare_private_course(spec: _WorkerSpec, job: _Job) -> Path:
 
 
 def _private_config(spec: _WorkerSpec, private: Path):
-    from .execute import autograde_preprocessors
+    from .integrity import autograde_preprocessors
 
     config = copy.deepcopy(spec.config)
     cd = config.CourseDirectory

@@ -100,7 +100,8 @@ def exercise_targets(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
 
 
 def _replace_lines(source: str, edits: list[tuple[int, int, str]]) -> str:
-    """Replace 1-based inclusive line ranges ``(first, last, text)`` (non-overlapping)."""
+    """Replace 1-based inclusive line ranges ``(first, last, text)``, which do not
+    overlap."""
     lines = source.splitlines(keepends=True)
     for first, last, text in sorted(edits, reverse=True):
         lines[first - 1 : last] = [text] if text else []
@@ -142,7 +143,8 @@ def _stub_functions(source: str, stubs: dict[str, str], *, keep_doc: bool) -> st
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name in stubs:
             first, last, indent = _body_span(node)
-            edits.append((first, last, _stub_body(node, stubs[node.name], indent, keep_doc)))
+            body = _stub_body(node, stubs[node.name], indent, keep_doc)
+            edits.append((first, last, body))
     missing = set(stubs) - {
         n.name for n in tree.body if isinstance(n, ast.FunctionDef)
     }

@@ -35,11 +35,19 @@ from typing import Any
 from nbclient.util import ensure_async, run_sync
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
 from .execute import GradingExecute
 
-__all__ = ["GraderCall", "VerifiedExecute", "grader_calls", "pristine_graders"]
+__all__ = [
+    "GraderCall",
+    "VerifiedExecute",
+    "autograde_preprocessors",
+    "grader_calls",
+    "pristine_graders",
+]
 
 _START = "import course_lib.checks._record as _r; _r.start(); del _r"
 _EXEC_LINES = f"--IPKernelApp.exec_lines={_START}"
@@ -330,7 +338,7 @@ class VerifiedExecute(GradingExecute):
         (``None``: the grader cannot be replayed, the kernel's verdict stands; the
         tampering checks have passed)."""
         from course_lib.checks import _record
-        from course_lib.checks._core import CheckFailed
+        from course_lib.checks._errors import CheckFailed
 
         tampering = self._tampering(report)
         if tampering is not None:
@@ -382,3 +390,22 @@ class VerifiedExecute(GradingExecute):
         except Exception as exc:  # noqa: BLE001 - a grader failing on odd values
             return [_failure(type(exc).__name__, str(exc)[:2000])]
         return [_stdout(out.getvalue())]
+
+
+def autograde_preprocessors(configured: list | None = None) -> list:
+    """nbgrader's autograde preprocessors (``configured``, else nbgrader's default)
+    with ``Execute`` replaced by :class:`VerifiedExecute` (test cells judged outside
+    the student's kernel, output capped)."""
+    if configured is None:
+        configured = Autograde.class_traits()["autograde_preprocessors"].default()
+    names = {
+        "Execute",
+        "nbgrader.preprocessors.Execute",
+        "nbgrader.preprocessors.execute.Execute",
+    }
+    return [
+        VerifiedExecute
+        if pp is Execute or (isinstance(pp, str) and pp in names)
+        else pp
+        for pp in configured
+    ]
