@@ -47,6 +47,7 @@ from .gradebook import (
     StatusRow,
     assignment_fingerprint_parts,
     copy_assignment,
+    late_policy_parts,
     merge_submission,
     read_status,
     read_submission,
@@ -622,6 +623,8 @@ def autograde(
         notebooks = tuple(nb.name for nb in gb.find_assignment(assignment).notebooks)
         status = read_status(gb, assignment)
         parts = assignment_fingerprint_parts(gb, assignment)
+        # a new due date or penalty setting changes nbgrader's late penalty: regrade
+        parts += late_policy_parts(gb, assignment, course.config)
         have_submission = {s.student.id for s in gb.assignment_submissions(assignment)}
 
         submissions = course.submissions(assignment)

@@ -30,6 +30,7 @@ __all__ = [
     "copy_assignment",
     "merge_submission",
     "read_status",
+    "late_policy_parts",
     "read_submission",
     "record_ungradable",
     "write_status",
@@ -186,6 +187,22 @@ def assignment_fingerprint_parts(gb, assignment: str) -> list[str]:
         parts += [f"{nb.name}/grade/{c.name}/{c.max_score}" for c in nb.grade_cells]
         parts += [f"{nb.name}/task/{c.name}/{c.max_score}" for c in nb.task_cells]
         parts += [f"{nb.name}/source/{c.name}/{c.checksum}" for c in nb.source_cells]
+    return sorted(parts)
+
+
+def late_policy_parts(gb, assignment: str, config) -> list[str]:
+    """What nbgrader's late penalty of ``assignment`` depends on, besides each
+    submission's timestamp: the due date in the gradebook, every student's extension,
+    and the late-submission settings of the configuration (``penalty_method`` of
+    ``LateSubmissionPlugin`` and the plugin class of ``AssignLatePenalties``)."""
+    a = gb.find_assignment(assignment)
+    parts = [f"duedate/{a.duedate.isoformat() if a.duedate else None}"]
+    for sub in gb.assignment_submissions(assignment):
+        if sub.extension is not None:
+            parts.append(f"extension/{sub.student_id}/{sub.extension.total_seconds()}")
+    for section in ("LateSubmissionPlugin", "AssignLatePenalties"):
+        values = config[section] if section in config else {}
+        parts += [f"{section}.{k}={values[k]!r}" for k in sorted(values)]
     return sorted(parts)
 
 
