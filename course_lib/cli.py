@@ -380,6 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     except CourseError as exc:
         print(f"course {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        # The student edition ships `course check` only; a core install lacks
+        # nbgrader. Either way the instructor's tool is not installed here.
+        if not (exc.name or "").startswith(("course_lib.grading.", "nbgrader")):
+            raise
+        print(
+            f"course {args.command}: error: this command is part of the "
+            "instructor's tool, which is not installed here (the student edition "
+            "of course_lib has `course check` only; instructors install "
+            "course_lib[grading])",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"course {args.command}: interrupted", file=sys.stderr)
         return 130
