@@ -170,12 +170,51 @@ class Course:
         config = config or self.config
         return NbGraderAPI(coursedir=self.coursedir(config), config=config)
 
-    def gradebook(self):
+    def gradebook(self, *, create: bool = True):
         """An open ``nbgrader.api.Gradebook`` (a context manager); the database and
-        its tables are created when they do not exist."""
+        its tables are created when they do not exist, unless ``create=False``: then
+        a missing SQLite file is a :class:`CourseError` (and no file is written).
+        A gradebook URL that SQLAlchemy cannot use or reach is a :class:`CourseError`.
+        """
+        import sqlalchemy as sa
         from nbgrader.api import Gradebook
 
-        return Gradebook(self.gradebook_url, self.course_id)
+        url = self.gradebook_url
+        try:
+            parsed = sa.engine.make_url(url)
+        except (sa.exc.ArgumentError, ValueError):
+            raise CourseError(
+                f"the gradebook URL {url!r} is not an SQLAlchemy URL "
+                "(e.g. sqlite:///gradebook.db or postgresql+psycopg://user@host/db)"
+            ) from None
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (
+            None,
+            "",
+            ":memory:",
+        ):
+            db_file = Path(parsed.database)
+            if not create and not db_file.is_file():
+                raise CourseError(
+                    f"no gradebook at {db_file}; release an assignment first "
+                    "(course release all)"
+                )
+            if not db_file.parent.is_dir():
+                raise CourseError(
+                    f"the gradebook's folder {db_file.parent} does not exist"
+                )
+        try:
+            return Gradebook(url, self.course_id)
+        except sa.exc.NoSuchModuleError:
+            raise CourseError(
+                f"the gradebook URL {url!r} names a database SQLAlchemy does not know"
+            ) from None
+        except ModuleNotFoundError as exc:
+            raise CourseError(
+                f"the gradebook URL {url!r} needs the Python package {exc.name!r}"
+            ) from None
+        except sa.exc.OperationalError as exc:
+            first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise CourseError(f"cannot open the gradebook {url!r}: {first}") from None
 
     # --- assignments -----------------------------------------------------------------
 
@@ -229,6 +268,21 @@ def default_course(
     db_url: str | None,
     overrides: dict[str, dict[str, Any]] | None = None,
 ) -> Course:
-    """The course at ``root``, or the nearest one above the working directory."""
-    base = Path(root) if root else find_course_root()
+    """The course at ``root``, or the nearest one above the working directory.
+
+    A folder without ``nbgrader_config.py`` is a :class:`CourseError`, so that a
+    command run in the wrong place says so instead of writing a gradebook there."""
+    if root:
+        base = Path(root)
+        if not base.is_dir():
+            raise CourseError(f"the course folder {base} does not exist")
+        if not (base / CONFIG_FILE).is_file():
+            raise CourseError(f"{base} is not a course folder: it has no {CONFIG_FILE}")
+    else:
+        base = find_course_root()
+        if not (base / CONFIG_FILE).is_file():
+            raise CourseError(
+                f"no course folder here: neither {base} nor a folder above it has "
+                f"{CONFIG_FILE}; run it in the course folder or give --root DIR"
+            )
     return Course(base, db_url=db_url, overrides=overrides or {})

@@ -3,11 +3,19 @@
 Writes into ``reports/<assignment>/`` (or another folder):
 
 * ``grades.csv``: one row per student in the gradebook, including students without a
-  submission and submissions that could not be graded (score 0, with the reason),
-  with the score of every graded cell and the first error of each failed test;
+  submission ("no submission", 0) and submissions that could not be graded (score 0,
+  with the reason), with the score of every graded cell and the first error of each
+  failed test. Scores are those of ``nbgrader export``: ``raw_score`` minus the
+  ``late_penalty`` that nbgrader's late-submission plugin gave (from the due date,
+  the student's extension and the submission's timestamp), never below zero.
+  A cell that awaits a hand grade reads "needs manual grade" (it is not a failure;
+  the score so far counts it as 0, as nbgrader does); once graded by hand in the
+  formgrader or through the nbgrader API, its manual score counts.
 * ``pass_rates.csv``: for every graded cell (``<fn>__public``, ``<fn>__hidden``, ...)
-  the share of submissions that earned its full points;
-* ``histogram.png``: the distribution of total scores.
+  the share of the graded submissions that earned its full points, and how many
+  still need a manual grade;
+* ``histogram.png``: the distribution of total scores, submissions still awaiting a
+  manual grade as a separate, hatched bar segment.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import Course
+from .course import Course, CourseError
 from .gradebook import read_status
 
 __all__ = ["GradeReport", "report"]
@@ -46,57 +54,100 @@ def _cell_order(gb, assignment: str) -> list[tuple[str, str, float]]:
     return order
 
 
+NEEDS_MANUAL = "needs manual grade"
+
+
+def _cell_value(grade) -> float | str:
+    """A grade's points as ``nbgrader export`` counts them (the manual score when
+    there is one, else the automatic one), or :data:`NEEDS_MANUAL` for a cell that
+    awaits a hand grade (nbgrader flags it and nobody has scored it yet)."""
+    if grade.manual_score is None and (
+        grade.needs_manual_grade or grade.auto_score is None
+    ):
+        return NEEDS_MANUAL
+    return float(grade.score)
+
+
 def report(course: Course, assignment: str, out_dir: Path | None = None) -> GradeReport:
     """Write the grade files of ``assignment``; see the module docstring."""
     from nbgrader.api import MissingEntry
 
-    with course.gradebook() as gb:
+    with course.gradebook(create=False) as gb:
         known = [a.name for a in gb.assignments]
         assignment = course.resolve_assignment(
             assignment, known=known + course.source_assignments()
         )
-        a = gb.find_assignment(assignment)
+        try:
+            a = gb.find_assignment(assignment)
+        except MissingEntry:
+            raise CourseError(
+                f"{assignment} is not in the gradebook yet; release it first: "
+                f"course release {assignment}"
+            ) from None
         max_score = float(a.max_score)
+        duedate = a.duedate.isoformat(sep=" ") if a.duedate else ""
         cells = _cell_order(gb, assignment)
         status = read_status(gb, assignment)
         rows: list[dict[str, object]] = []
         for student in sorted(s.id for s in gb.students):
-            row: dict[str, object] = {"student_id": student}
+            row: dict[str, object] = {"student_id": student, "duedate": duedate}
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
-                row.update(status="no submission", score=0.0, reason="no submission")
+                # what nbgrader export writes for a student without a submission
+                row.update(
+                    status="no submission",
+                    raw_score=0.0,
+                    late_penalty=0.0,
+                    score=0.0,
+                    seconds_late=0.0,
+                    timestamp="",
+                    reason="no submission",
+                    needs_manual_grade="",
+                    failed_checks="",
+                )
                 row.update({name: 0.0 for _, name, _ in cells})
-                row["failed_checks"] = ""
                 rows.append(_finish(row, max_score))
                 continue
-            scores = {}
+            values: dict[str, float | str] = {}
             for snb in sub.notebooks:
                 for grade in snb.grades:
-                    scores[grade.name] = float(grade.score)
+                    values[grade.name] = _cell_value(grade)
+            pending = [n for _, n, _ in cells if values.get(n) == NEEDS_MANUAL]
             st = status.get(student)
+            raw = float(sub.score)
+            penalty = float(sub.late_submission_penalty or 0.0)
             row.update(
                 status=st.status if st else "graded",
-                score=float(sub.score),
+                timestamp=sub.timestamp.isoformat(sep=" ") if sub.timestamp else "",
+                seconds_late=float(sub.total_seconds_late),
+                raw_score=raw,
+                late_penalty=penalty,
+                # exactly nbgrader's CsvExportPlugin: max(0, score - penalty)
+                score=max(0.0, raw - penalty),
                 reason=st.reason if st else "",
+                needs_manual_grade=" ".join(pending),
             )
-            row.update({name: scores.get(name, 0.0) for _, name, _ in cells})
+            row.update({name: values.get(name, 0.0) for _, name, _ in cells})
             failures = st.failures if st else {}
             row["failed_checks"] = "; ".join(
-                f"{k}: {v}" for k, v in sorted(failures.items())
+                f"{k}: {v}" for k, v in sorted(failures.items()) if k not in pending
             )
             rows.append(_finish(row, max_score))
     submitted = [r for r in rows if r["status"] != "no submission"]
     pass_rates = []
     for _, name, points in cells:
-        passed = sum(float(r[name]) >= points for r in submitted)
+        judged = [r for r in submitted if r[name] != NEEDS_MANUAL]
+        passed = sum(float(r[name]) >= points for r in judged)  # type: ignore[arg-type]
         pass_rates.append(
             {
                 "grade_id": name,
                 "points": points,
                 "passed": passed,
+                "graded": len(judged),
+                "needs_manual_grade": len(submitted) - len(judged),
                 "submissions": len(submitted),
-                "pass_rate": round(passed / len(submitted), 4) if submitted else 0.0,
+                "pass_rate": round(passed / len(judged), 4) if judged else "",
             }
         )
     ungradable = [
@@ -110,9 +161,15 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
     columns = [
         "student_id",
         "status",
+        "timestamp",
+        "duedate",
+        "seconds_late",
+        "raw_score",
+        "late_penalty",
         "score",
         "max_score",
         "percent",
+        "needs_manual_grade",
         "reason",
         *[name for _, name, _ in cells],
         "failed_checks",
@@ -120,12 +177,21 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
     result.files["grades"] = _write_csv(out / "grades.csv", columns, rows)
     result.files["pass_rates"] = _write_csv(
         out / "pass_rates.csv",
-        ["grade_id", "points", "passed", "submissions", "pass_rate"],
+        [
+            "grade_id",
+            "points",
+            "passed",
+            "graded",
+            "needs_manual_grade",
+            "submissions",
+            "pass_rate",
+        ],
         pass_rates,
     )
     result.files["histogram"] = _histogram(
         out / "histogram.png",
-        [float(r["score"]) for r in submitted],
+        [float(r["score"]) for r in submitted if not r["needs_manual_grade"]],
+        [float(r["score"]) for r in submitted if r["needs_manual_grade"]],
         max_score,
         assignment,
     )
@@ -148,20 +214,40 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict[str, object]]) ->
     return path
 
 
-def _histogram(path: Path, scores: list[float], max_score: float, title: str) -> Path:
+def _histogram(
+    path: Path,
+    scores: list[float],
+    pending: list[float],
+    max_score: float,
+    title: str,
+) -> Path:
+    """One bar per whole point; submissions still awaiting a manual grade are a
+    separate (hatched) bar segment at their score so far."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    top = max(max_score, max(scores, default=0.0))
+    top = max(max_score, max(scores + pending, default=0.0))
     edges = np.arange(-0.5, np.floor(top) + 1.5, 1.0)  # one bar per whole point
     fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-    ax.hist(scores, bins=edges, color="#4c72b0", edgecolor="white")
+    ax.hist(
+        [scores, pending],
+        bins=edges,
+        stacked=True,
+        color=["#4c72b0", "#dd8452"],
+        hatch=["", "//"],
+        edgecolor="white",
+        label=["graded", f"{NEEDS_MANUAL} (score so far)"],
+    )
     ax.set_xlabel(f"score (out of {max_score:g})")
     ax.set_ylabel("submissions")
-    ax.set_title(f"{title}: {len(scores)} submissions")
+    total = len(scores) + len(pending)
+    note = f", {len(pending)} {NEEDS_MANUAL}" if pending else ""
+    ax.set_title(f"{title}: {total} submissions{note}")
+    if pending:
+        ax.legend(loc="upper left", fontsize="small")
     ax.set_xticks(np.arange(0, np.floor(top) + 1))
     ax.yaxis.get_major_locator().set_params(integer=True)
     fig.savefig(path, dpi=100)
@@ -176,18 +262,50 @@ def format_report(result: GradeReport) -> str:
         f"{result.assignment}: {len(result.rows)} students, {len(submitted)} "
         f"submissions, max score {result.max_score:g}",
         "",
-        f"  {'grade id':<32} {'points':>6} {'passed':>8} {'rate':>7}",
+        f"  {'grade id':<32} {'points':>6} {'passed':>9} {'rate':>7}  {'manual':>6}",
     ]
     for p in result.pass_rates:
+        rate = p["pass_rate"]
+        rate_text = f"{100 * rate:>6.1f}%" if rate != "" else f"{'-':>7}"
+        manual = p["needs_manual_grade"]
         lines.append(
             f"  {p['grade_id']:<32} {p['points']:>6g} "
-            f"{p['passed']:>3}/{p['submissions']:<4} {100 * p['pass_rate']:>6.1f}%"
+            f"{p['passed']:>4}/{p['graded']:<4} {rate_text}  "
+            + (f"{manual} {NEEDS_MANUAL}" if manual else "")
         )
+    late = [r for r in submitted if float(r["seconds_late"]) > 0]  # type: ignore[arg-type]
+    if late:
+        lines += ["", "Late (nbgrader's late-submission penalty applied):"]
+        lines += [
+            f"  {r['student_id']}: {_duration(float(r['seconds_late']))} late, "  # type: ignore[arg-type]
+            f"score {float(r['raw_score']):g} - penalty "  # type: ignore[arg-type]
+            f"{float(r['late_penalty']):g} = {float(r['score']):g}"  # type: ignore[arg-type]
+            for r in late
+        ]
+    pending = [r for r in submitted if r["needs_manual_grade"]]
+    if pending:
+        lines += ["", "Needs manual grade (formgrader, or the nbgrader API):"]
+        lines += [f"  {r['student_id']}: {r['needs_manual_grade']}" for r in pending]
     if result.ungradable:
         lines += ["", "Could not be graded (scored 0):"]
         lines += [f"  {student}: {reason}" for student, reason in result.ungradable]
     missing = [r["student_id"] for r in result.rows if r["status"] == "no submission"]
     if missing:
-        lines += ["", f"No submission: {', '.join(map(str, missing))}"]
+        lines += ["", f"No submission (scored 0): {', '.join(map(str, missing))}"]
     lines += [""] + [f"wrote {path}" for path in result.files.values()]
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    """``3 d 4 h``, ``2 h 5 min``, ``40 s``: a lateness in words."""
+    s = int(round(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {s} s"
+    return f"{s} s"
