@@ -209,6 +209,13 @@ def test_student_wheel_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "0 of 2 exercises pass their public checks" in bad.stdout
     assert bad.stdout.count("the function is still the stub") == 2
+    release = _run([str(course), "release", ASSIGNMENT], tmp_path)
+    assert release.returncode == 2
+    assert release.stderr.strip().splitlines() == [
+        "course release: error: this command is part of the instructor's tool, "
+        "which is not installed here (the student edition of course_lib has "
+        "`course check` only; instructors install course_lib[grading])"
+    ]
     # the library's own copy of the exercise is a stub that says so
     lib = _run([str(python), "-c", "import course_lib; course_lib.alibi_slopes(8)"],
                tmp_path)
