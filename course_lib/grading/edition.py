@@ -1,5 +1,5 @@
-"""The student edition of ``course_lib``: the package a credit-bearing class installs,
-and the only ``course_lib`` a grading kernel sees.
+"""The student edition of ``course_lib``: the package a credit-bearing class installs
+(``course publish`` puts its wheel in ``OUT/dist/``).
 
 It is written from the full package by source transformation, so there is one source:
 
@@ -18,7 +18,9 @@ It is written from the full package by source transformation, so there is one so
   autograde, feedback, reports, the sandbox and this module are left out.
 
 Private module-level helpers that nothing refers to any more after these changes are
-removed, so a stubbed target leaves no private copy of its work behind.
+removed, so a stubbed target leaves no private copy of its work behind. Library code
+built on a target (``RotaryEmbedding`` on ``apply_rope``, the lab's models, the
+figures of :mod:`course_lib.viz`) stays, and raises the target's stub error when used.
 
 :func:`build_student_wheel` builds the wheel offline from that tree.
 """
