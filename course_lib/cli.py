@@ -32,6 +32,40 @@ Assignments can be named by their id (ex05_alibi) or its prefix (ex05).
 """
 
 
+def _version() -> str:
+    """The installed version of course_lib (the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("course_lib")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _progress_wanted(args) -> bool:
+    """A progress bar only for a person watching: not with --quiet or --no-progress,
+    and not when stderr goes to a file or a pipe (a log full of bar redraws)."""
+    if getattr(args, "quiet", False) or getattr(args, "no_progress", False):
+        return False
+    return sys.stderr.isatty()
+
+
+def _regex(text: str):
+    import re
+
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+    if "student" not in pattern.groupindex:
+        raise argparse.ArgumentTypeError(
+            "the pattern needs a named group for the student id: (?P<student>...)"
+        )
+    return pattern
+
+
 def _positive_float(text: str) -> float | None:
     if text.strip().lower() in {"none", "0", "unlimited"}:
         return None
@@ -69,7 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    quiet_opts = argparse.ArgumentParser(add_help=False)
+    quiet_opts.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print only the summary line and what went wrong (no progress bar, "
+        "no line per submission)",
+    )
 
     course_opts = argparse.ArgumentParser(add_help=False)
     course_opts.add_argument(
@@ -110,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "release",
-        parents=[course_opts],
+        parents=[course_opts, quiet_opts],
         help="generate student notebooks (nbgrader generate_assignment)",
         description="Run nbgrader generate_assignment (forced) for one assignment or "
         "all: solutions/<id>/ -> notebooks/<id>/, and record the assignment in the "
@@ -125,19 +169,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "collect",
-        parents=[course_opts],
+        parents=[course_opts, quiet_opts],
         help="place downloaded submissions into submitted/<student>/<assignment>/",
         description="Place the notebooks of a folder or zip file into nbgrader's "
         "submitted/<student>/<assignment>/<assignment>.ipynb, taking student ids "
-        "from the names (alice_ex05_alibi.ipynb, alice/ex05_alibi.ipynb, ...), and "
-        "add the students to the gradebook. Lists the files it could not place.",
+        "from the names (alice_ex05_alibi.ipynb, alice/ex05_alibi.ipynb, the "
+        "download names of Canvas, Moodle and Blackboard, or --pattern), and add "
+        "the students to the gradebook. Every file is accounted for: placed, "
+        "unchanged, or not placed with the reason.",
     )
     p.add_argument("source", type=Path, help="folder or .zip of submissions")
     p.add_argument("--assignment", "-a", required=True, help="assignment id or prefix")
+    p.add_argument(
+        "--pattern",
+        type=_regex,
+        metavar="REGEX",
+        help="take the student id from each file's path (inside the folder or zip) "
+        "with this regular expression, which must match the whole path and have a "
+        "group (?P<student>...), e.g. '(?P<student>[a-z]+)-ex05\\.ipynb'",
+    )
 
     p = sub.add_parser(
         "autograde",
-        parents=[course_opts],
+        parents=[course_opts, quiet_opts],
         help="grade every submission in parallel (nbgrader autograde)",
         description="Autograde every submission with nbgrader in parallel workers, "
         "each submission's kernel under a wall-time and memory limit. A submission "
@@ -200,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "feedback",
-        parents=[course_opts],
+        parents=[course_opts, quiet_opts],
         help="write feedback HTML for every submission (nbgrader generate_feedback)",
     )
     p.add_argument("assignment", help="assignment id or prefix")
@@ -253,7 +307,11 @@ def _cmd_check(args) -> int:
 def _cmd_release(args) -> int:
     from .grading.release import release
 
-    for r in release(_course(args), args.assignment):
+    results = release(_course(args), args.assignment)
+    if args.quiet:
+        print(f"released {len(results)} assignment(s)")
+        return 0
+    for r in results:
         print(
             f"released {r.assignment} ({r.points:g} points): {', '.join(r.notebooks)}"
         )
@@ -263,13 +321,16 @@ def _cmd_release(args) -> int:
 def _cmd_collect(args) -> int:
     from .grading.collect import collect
 
-    rep = collect(_course(args), args.source, args.assignment)
+    rep = collect(_course(args), args.source, args.assignment, pattern=args.pattern)
     print(
         f"{rep.assignment}: {len(rep.placed)} placed, {len(rep.unchanged)} unchanged, "
         f"{len(rep.not_placed)} not placed"
     )
-    for student, source, dest in rep.placed:
-        print(f"  {student:<16} {source} -> {dest}")
+    if not args.quiet:
+        for student, source, dest in rep.placed:
+            print(f"  {student:<16} {source} -> {dest}")
+        for student, source in rep.unchanged:
+            print(f"  {student:<16} {source} (unchanged)")
     if rep.not_placed:
         print("Not placed:")
         for name, reason in rep.not_placed:
@@ -301,11 +362,19 @@ def _cmd_autograde(args) -> int:
         cell_timeout=args.cell_timeout,
         force=args.force,
         students=args.student,
-        progress=not args.no_progress,
+        progress=_progress_wanted(args),
     )
     summary = autograde(course, args.assignment, options)
-    print("\n".join(summary_lines(summary, limits_text(limits))))
-    print(f"kernels: {launcher.describe(KernelContext(limits=limits))}")
+    lines = summary_lines(summary, limits_text(limits))
+    if args.quiet:  # the totals, and the submissions that could not be graded
+        lines = lines[:1] + [
+            f"  ungradable: {o.student}: {o.reason}"
+            for o in summary.outcomes
+            if o.status == "ungradable"
+        ]
+    print("\n".join(lines))
+    if not args.quiet:
+        print(f"kernels: {launcher.describe(KernelContext(limits=limits))}")
     return 0
 
 
@@ -317,8 +386,9 @@ def _cmd_feedback(args) -> int:
         f"{res.assignment}: feedback for {len(res.graded)} graded and "
         f"{len(res.ungradable)} ungradable submissions"
     )
-    for path in res.graded + res.ungradable:
-        print(f"  {path}")
+    if not args.quiet:
+        for path in res.graded + res.ungradable:
+            print(f"  {path}")
     return 0
 
 
@@ -344,10 +414,15 @@ def _cmd_lab(args) -> int:
     if entry is None:
         print("course lab: course_lib.experiments has no main()", file=sys.stderr)
         return 2
+    lab_args = [a for a in args.args if a not in ("--quiet", "-q")]
+    quiet = len(lab_args) < len(args.args)
+    # the lab's bar only for a person watching (see _progress_wanted)
+    if (quiet or not sys.stderr.isatty()) and "--no-progress" not in lab_args:
+        lab_args.append("--no-progress")
     if inspect.signature(entry).parameters:
-        code = entry(list(args.args))
+        code = entry(lab_args)
     else:
-        saved, sys.argv = sys.argv, ["course lab", *args.args]
+        saved, sys.argv = sys.argv, ["course lab", *lab_args]
         try:
             code = entry()
         finally:

@@ -194,7 +194,11 @@ def test_collect_from_a_folder(course, tmp_path):
         "erin_ex04_rope.ipynb",
         "readme.txt",
         "old/alice_ex05_alibi.ipynb",
+        ".ipynb_checkpoints/alice_ex05_alibi-checkpoint.ipynb",
     }
+    assert (
+        "checkpoint" in reasons[".ipynb_checkpoints/alice_ex05_alibi-checkpoint.ipynb"]
+    )
     assert "newer file: alice_ex05_alibi.ipynb" in reasons["old/alice_ex05_alibi.ipynb"]
     assert "not a notebook" in reasons["readme.txt"]
     for student, data in (
@@ -230,8 +234,9 @@ def test_collect_from_a_zip(course, tmp_path, capsys):
     code = cli.main(["collect", str(archive), "-a", "ex05", "--root", str(course.root)])
     out = capsys.readouterr().out
     assert code == 0
-    assert "2 placed, 0 unchanged, 1 not placed" in out
+    assert "2 placed, 0 unchanged, 2 not placed" in out
     assert "notes/todo.md: not a notebook" in out
+    assert "__MACOSX/._alice_ex05_alibi.ipynb: macOS archive metadata" in out
     stamp = (course.submitted_dir / "alice" / A / "timestamp.txt").read_text()
     assert stamp.strip() == "2025-03-01 12:00:00.000000 UTC"
 
@@ -373,7 +378,10 @@ def test_lab_delegates_to_the_experiments_module(monkeypatch):
     fake.main = lambda argv=None: seen.append(argv) or 3
     monkeypatch.setitem(sys.modules, "course_lib.experiments.__main__", fake)
     assert cli.main(["lab", "--quick", "--steps", "5"]) == 3
-    assert seen == [["--quick", "--steps", "5"]]
+    # stderr is not a terminal under pytest: the lab's progress bar is turned off
+    assert seen == [["--quick", "--steps", "5", "--no-progress"]]
+    assert cli.main(["lab", "--quiet", "--quick"]) == 3
+    assert seen[-1] == ["--quick", "--no-progress"]
 
 
 def test_lab_help_is_the_lab_s_help(capsys):
