@@ -139,20 +139,55 @@ def _body_span(node: ast.FunctionDef) -> tuple[int, int, str]:
 def _stub_functions(source: str, stubs: dict[str, str], *, keep_doc: bool) -> str:
     """Replace the bodies of the top-level functions named in ``stubs`` (name ->
     message) by ``raise NotImplementedError(message)``, after the first paragraph of
-    the docstring if ``keep_doc``."""
+    the docstring if ``keep_doc``; a class named there gets that body in every
+    method."""
     tree = ast.parse(source)
     edits = []
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in stubs:
-            first, last, indent = _body_span(node)
-            body = _stub_body(node, stubs[node.name], indent, keep_doc)
-            edits.append((first, last, body))
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in stubs:
+            methods = (
+                [node] if isinstance(node, ast.FunctionDef)
+                else [m for m in node.body if isinstance(m, ast.FunctionDef)]
+            )
+            for method in methods:
+                first, last, indent = _body_span(method)
+                body = _stub_body(method, stubs[node.name], indent, keep_doc)
+                edits.append((first, last, body))
     missing = set(stubs) - {
-        n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+        n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)
     }
     if missing:
         raise RuntimeError(f"cannot stub {sorted(missing)}: no such top-level function")
     return _replace_lines(source, edits)
+
+
+def _code_names(node: ast.AST) -> set[str]:
+    """The names a definition's code uses (not its strings)."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+def _dependents(source: str, targets: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """The other top-level functions and classes of a module that use an exercise
+    target, directly or through each other: ``name -> (target, exercise)``. Their
+    bodies go too, so that no private helper of the target's work survives."""
+    defs = {
+        n.name: n
+        for n in ast.parse(source).body
+        if isinstance(n, ast.FunctionDef | ast.ClassDef)
+    }
+    uses = {name: _code_names(node) - {name} for name, node in defs.items()}
+    reason: dict[str, tuple[str, int]] = {t: (t, n) for t, n in targets.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name, used in uses.items():
+            hit = sorted(used & reason.keys())
+            if name not in reason and hit:
+                reason[name] = reason[hit[0]]
+                changed = True
+    return {k: v for k, v in reason.items() if k not in targets}
 
 
 def _oracle_imports(source: str) -> str:
@@ -212,30 +247,44 @@ def _used_names(tree: ast.AST, skip: ast.AST | None = None) -> set[str]:
     return used
 
 
+def _imported_names(tree: ast.AST) -> set[str]:
+    """The names a module can take from another one: ``from m import name`` and
+    ``module.name``."""
+    out = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            out |= {a.name for a in node.names}
+    return out
+
+
 def _prune_private(files: dict[Path, str]) -> dict[Path, str]:
-    """Remove private top-level definitions (``_name``) that no file refers to any
-    more, until none is left (one removal can orphan another)."""
+    """Remove private top-level definitions (``_name``) that nothing refers to any
+    more: no other statement of their module, and no other module importing them or
+    reading them as an attribute. Repeated until none is left (one removal can
+    orphan another)."""
     while True:
         trees = {path: ast.parse(text) for path, text in files.items()}
-        uses = {
-            path: [(stmt, _used_names(stmt)) for stmt in tree.body]
-            for path, tree in trees.items()
-        }
-        # how many top-level statements, in all files, use each name
-        count: Counter[str] = Counter()
-        for stmts in uses.values():
-            for _stmt, used in stmts:
-                count.update(used)
+        imported = {path: _imported_names(tree) for path, tree in trees.items()}
         removed = False
-        for path, stmts in uses.items():
+        for path, tree in trees.items():
+            elsewhere: set[str] = set()
+            for other, names in imported.items():
+                if other != path:
+                    elsewhere |= names
+            uses = [(stmt, _used_names(stmt)) for stmt in tree.body]
+            count: Counter[str] = Counter()
+            for _stmt, used in uses:
+                count.update(used)
             edits = []
-            for node, used in stmts:
+            for node, used in uses:
                 names = _defined_names(node)
                 if not names or not all(
                     n.startswith("_") and not n.startswith("__") for n in names
                 ):
                     continue
-                if all(count[n] - (n in used) == 0 for n in names):
+                if all(
+                    count[n] - (n in used) == 0 and n not in elsewhere for n in names
+                ):
                     first = min(
                         [node.lineno]
                         + [d.lineno for d in getattr(node, "decorator_list", [])]
@@ -295,6 +344,13 @@ def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
                 {
                     name: f"{name} is exercise {number}: implement it in your notebook"
                     for name, number in targets[module].items()
+                }
+                | {
+                    name: f"{name} uses {target}, which is exercise {number}: "
+                    "implement it in your notebook"
+                    for name, (target, number) in _dependents(
+                        text, targets[module]
+                    ).items()
                 },
                 keep_doc=True,
             )
