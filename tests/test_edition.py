@@ -281,3 +281,37 @@ def test_no_import_circle(low: str, high: str) -> None:
     low_module = "course_lib." + low.removesuffix(".py").replace("/", ".")
     assert low_module in _imports(PACKAGE / high)  # the one direction kept
     assert high_module not in _imports(PACKAGE / low)
+
+
+def test_code_built_on_a_target_is_stubbed_and_its_helpers_gone(tree: Path) -> None:
+    stubbed = 0
+    for module, targets in edition.exercise_targets().items():
+        rel = Path(*module.split(".")[1:]).with_suffix(".py")
+        full = ast.parse((PACKAGE / rel).read_text())
+        student = {
+            n.name: n for n in ast.parse((tree / rel).read_text()).body
+            if isinstance(n, ast.FunctionDef | ast.ClassDef)
+        }
+        for node in full.body:
+            if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+                continue
+            code = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            direct = sorted((code - {node.name}) & set(targets))
+            if node.name in targets or not direct:
+                continue
+            if node.name.startswith("_") and node.name not in student:
+                continue  # a private helper built on a target: gone altogether
+            methods = (
+                [student[node.name]] if isinstance(node, ast.FunctionDef)
+                else [m for m in student[node.name].body
+                      if isinstance(m, ast.FunctionDef)]
+            )
+            assert methods, node.name
+            for method in methods:
+                assert _is_stub(method, f"{node.name} uses "), (module, method.name)
+            stubbed += 1
+    assert stubbed >= 5  # RotaryEmbedding, ALiBi, T5RelativeBias, DAAttention, ...
+    rope = ast.parse((tree / "rope.py").read_text())
+    assert "_rotate" not in {
+        n.name for n in rope.body if isinstance(n, ast.FunctionDef)
+    }
