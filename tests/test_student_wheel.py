@@ -49,7 +49,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return edition.build_student_wheel(tmp_path_factory.mktemp("dist"))
+    # a relative folder, as `course publish OUT` may pass one
+    dist = Path(os.path.relpath(tmp_path_factory.mktemp("dist")))
+    wheel = edition.build_student_wheel(dist)
+    assert wheel.parent == dist.resolve() and wheel.is_file()
+    return wheel
 
 
 def _sources(wheel: Path) -> dict[str, str]:

@@ -409,7 +409,7 @@ def _pyproject(package: Path) -> str:
 def build_student_wheel(dest_dir: Path) -> Path:
     """Build the student wheel (offline, no build isolation) into ``dest_dir`` and
     return the ``.whl`` path."""
-    dest_dir = Path(dest_dir)
+    dest_dir = Path(dest_dir).resolve()  # pip runs in another folder
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="course-student-") as tmp:
         root = Path(tmp) / "src"
