@@ -91,9 +91,16 @@ def _memory(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``course`` (one sub-command per step)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="course",
         description=(
             "Positional Encodings in Transformers: check exercise notebooks, and "
@@ -106,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    quiet_opts = argparse.ArgumentParser(add_help=False)
+    quiet_opts = _Parser(add_help=False)
     quiet_opts.add_argument(
         "--quiet",
         "-q",
@@ -115,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "no line per submission)",
     )
 
-    course_opts = argparse.ArgumentParser(add_help=False)
+    course_opts = _Parser(add_help=False)
     course_opts.add_argument(
         "--root",
         metavar="DIR",
@@ -288,7 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _course(args):
     from .grading.course import default_course
 
-    return default_course(args.root, args.db)
+    course = default_course(args.root, args.db)
+    course.check_gradebook_url()  # a bad --db is one line, before anything runs
+    return course
 
 
 def _cmd_check(args) -> int:

@@ -151,7 +151,7 @@ def test_student_ids_from_names(path, student):
     [
         ("ex05_alibi.ipynb", "no student id"),
         ("ex05_alibi/ex05_alibi.ipynb", "no student id"),
-        ("alice_ex04_rope.ipynb", "matches no"),
+        ("alice_ex04_rope.ipynb", "another assignment (ex04)"),
         ("alice/notes.ipynb", "matches no"),
         ("al ice_ex05_alibi.ipynb", "not a valid student id"),
     ],

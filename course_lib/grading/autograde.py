@@ -608,7 +608,7 @@ def autograde(
         raise CourseError(f"--jobs must be at least 1, got {options.jobs}")
     t_start = time.perf_counter()
 
-    with course.gradebook() as gb:
+    with course.gradebook(create=False, assignment=assignment) as gb:
         known = [a.name for a in gb.assignments]
         assignment = course.resolve_assignment(
             assignment, known=known + course.source_assignments()

@@ -331,8 +331,10 @@ def collect(
         raise CourseError(
             "--pattern needs a named group for the student id: (?P<student>...)"
         )
-    with course.gradebook() as gb:
-        known = [a.name for a in gb.assignments]
+    known: list[str] = []
+    if course.gradebook_exists():  # a wrong name must not create a gradebook
+        with course.gradebook() as gb:
+            known = [a.name for a in gb.assignments]
     assignment = course.resolve_assignment(
         assignment, known=known + course.source_assignments()
     )

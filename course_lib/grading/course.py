@@ -170,22 +170,29 @@ class Course:
         config = config or self.config
         return NbGraderAPI(coursedir=self.coursedir(config), config=config)
 
-    def gradebook(self, *, create: bool = True):
-        """An open ``nbgrader.api.Gradebook`` (a context manager); the database and
-        its tables are created when they do not exist, unless ``create=False``: then
-        a missing SQLite file is a :class:`CourseError` (and no file is written).
-        A gradebook URL that SQLAlchemy cannot use or reach is a :class:`CourseError`.
-        """
+    def check_gradebook_url(self, *, create: bool = True) -> None:
+        """A :class:`CourseError` unless the gradebook URL is one SQLAlchemy can use:
+        a URL, a database whose driver is installed, and for SQLite an existing
+        folder (and, with ``create=False``, an existing file). Nothing is written."""
         import sqlalchemy as sa
-        from nbgrader.api import Gradebook
 
         url = self.gradebook_url
         try:
             parsed = sa.engine.make_url(url)
+            parsed.get_dialect()  # imports the driver
         except (sa.exc.ArgumentError, ValueError):
             raise CourseError(
                 f"the gradebook URL {url!r} is not an SQLAlchemy URL "
                 "(e.g. sqlite:///gradebook.db or postgresql+psycopg://user@host/db)"
+            ) from None
+        except sa.exc.NoSuchModuleError:
+            raise CourseError(
+                f"the gradebook URL {url!r} names a database SQLAlchemy does not know"
+            ) from None
+        except ModuleNotFoundError as exc:
+            raise CourseError(
+                f"the gradebook URL {url!r} needs the Python package {exc.name!r}, "
+                "which is not installed"
             ) from None
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (
             None,
@@ -202,19 +209,56 @@ class Course:
                 raise CourseError(
                     f"the gradebook's folder {db_file.parent} does not exist"
                 )
+
+    def gradebook_exists(self) -> bool:
+        """Whether the gradebook is there already (always true for a database
+        server; for SQLite, whether the file exists)."""
+        try:
+            self.check_gradebook_url(create=False)
+        except CourseError:
+            return False
+        return True
+
+    def gradebook(self, *, create: bool = True, assignment: str | None = None):
+        """An open ``nbgrader.api.Gradebook`` (a context manager); the database and
+        its tables are created when they do not exist, unless ``create=False``: then
+        a missing SQLite file is a :class:`CourseError` (and no file is written).
+        A gradebook URL that SQLAlchemy cannot use or reach is a :class:`CourseError`.
+        With ``assignment`` (a command's argument), a missing gradebook names it:
+        unknown, or not released yet.
+        """
+        import sqlalchemy as sa
+        from nbgrader.api import Gradebook
+
+        if assignment is not None and not create and not self.gradebook_exists():
+            self.check_gradebook_url(create=True)  # a bad URL says so first
+            name = self.resolve_assignment(assignment)
+            raise CourseError(
+                f"{name} is not in the gradebook yet (there is none); release it "
+                f"first: course release {name}"
+            )
+        self.check_gradebook_url(create=create)
+        url = self.gradebook_url
         try:
             return Gradebook(url, self.course_id)
-        except sa.exc.NoSuchModuleError:
-            raise CourseError(
-                f"the gradebook URL {url!r} names a database SQLAlchemy does not know"
-            ) from None
-        except ModuleNotFoundError as exc:
-            raise CourseError(
-                f"the gradebook URL {url!r} needs the Python package {exc.name!r}"
-            ) from None
         except sa.exc.OperationalError as exc:
             first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             raise CourseError(f"cannot open the gradebook {url!r}: {first}") from None
+
+    def resolve_released(self, gb, name: str) -> str:
+        """:meth:`resolve_assignment` for a command that needs the assignment in the
+        gradebook ``gb`` (autograde, feedback, report): a :class:`CourseError` that
+        says to release it first when it is not there."""
+        known = [a.name for a in gb.assignments]
+        assignment = self.resolve_assignment(
+            name, known=known + self.source_assignments()
+        )
+        if assignment not in known:
+            raise CourseError(
+                f"{assignment} is not in the gradebook yet; release it first: "
+                f"course release {assignment}"
+            )
+        return assignment
 
     # --- assignments -----------------------------------------------------------------
 

@@ -50,11 +50,8 @@ and ask your instructor about resubmitting.</p>
 
 def feedback(course: Course, assignment: str) -> FeedbackResult:
     """Generate the feedback of every submission of ``assignment``."""
-    with course.gradebook() as gb:
-        known = [a.name for a in gb.assignments]
-        assignment = course.resolve_assignment(
-            assignment, known=known + course.source_assignments()
-        )
+    with course.gradebook(create=False, assignment=assignment) as gb:
+        assignment = course.resolve_released(gb, assignment)
         status = read_status(gb, assignment)
         notebooks = [nb.name for nb in gb.find_assignment(assignment).notebooks]
     result = FeedbackResult(assignment)

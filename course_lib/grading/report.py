@@ -24,7 +24,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import Course, CourseError
+from .course import Course
 from .gradebook import read_status
 
 __all__ = ["GradeReport", "report"]
@@ -72,18 +72,9 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
     """Write the grade files of ``assignment``; see the module docstring."""
     from nbgrader.api import MissingEntry
 
-    with course.gradebook(create=False) as gb:
-        known = [a.name for a in gb.assignments]
-        assignment = course.resolve_assignment(
-            assignment, known=known + course.source_assignments()
-        )
-        try:
-            a = gb.find_assignment(assignment)
-        except MissingEntry:
-            raise CourseError(
-                f"{assignment} is not in the gradebook yet; release it first: "
-                f"course release {assignment}"
-            ) from None
+    with course.gradebook(create=False, assignment=assignment) as gb:
+        assignment = course.resolve_released(gb, assignment)
+        a = gb.find_assignment(assignment)
         max_score = float(a.max_score)
         duedate = a.duedate.isoformat(sep=" ") if a.duedate else ""
         cells = _cell_order(gb, assignment)
