@@ -358,6 +358,9 @@ def _cmd_autograde(args) -> int:
     from .grading.sandbox import grading_launcher
 
     course = _course(args)
+    # a wrong or unreleased assignment is said before the sandbox is built
+    with course.gradebook(create=False, assignment=args.assignment) as gb:
+        args.assignment = course.resolve_released(gb, args.assignment)
     limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
     launcher, warning = grading_launcher(
         course, unsafe=args.unsafe_no_sandbox, max_processes=args.max_processes

@@ -180,14 +180,14 @@ class Course:
         try:
             parsed = sa.engine.make_url(url)
             parsed.get_dialect()  # imports the driver
+        except sa.exc.NoSuchModuleError:
+            raise CourseError(
+                f"the gradebook URL {url!r} names a database SQLAlchemy does not know"
+            ) from None
         except (sa.exc.ArgumentError, ValueError):
             raise CourseError(
                 f"the gradebook URL {url!r} is not an SQLAlchemy URL "
                 "(e.g. sqlite:///gradebook.db or postgresql+psycopg://user@host/db)"
-            ) from None
-        except sa.exc.NoSuchModuleError:
-            raise CourseError(
-                f"the gradebook URL {url!r} names a database SQLAlchemy does not know"
             ) from None
         except ModuleNotFoundError as exc:
             raise CourseError(
