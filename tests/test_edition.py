@@ -315,3 +315,21 @@ def test_code_built_on_a_target_is_stubbed_and_its_helpers_gone(tree: Path) -> N
     assert "_rotate" not in {
         n.name for n in rope.body if isinstance(n, ast.FunctionDef)
     }
+
+
+def test_alternates_compute_their_target_and_are_stubbed(tree: Path) -> None:
+    import importlib
+
+    stored = torch.load(_stored.DATA, weights_only=True)
+    for module, alternates in edition.ALTERNATES.items():
+        library = importlib.import_module(module)
+        rel = Path(*module.split(".")[1:]).with_suffix(".py")
+        student = _functions(tree / rel)
+        for name, target in alternates.items():
+            cases = stored[target]
+            assert cases, target
+            for case in cases:  # the public checks' inputs, the references' answers
+                got = getattr(library, name)(*case["args"], **case["kwargs"])
+                assert _close(got, case["result"]), (name, target)
+            assert _is_stub(student[name], f"{name} computes {target}, which is "
+                                           "exercise ")

@@ -317,6 +317,44 @@ def _student_files(package: Path) -> Iterable[Path]:
             yield path
 
 
+# Library functions that compute an exercise target another way, without calling it
+# (so the dependency rule cannot find them): ``module -> {function: target}``.
+# tests/test_edition.py checks that each one really equals its target.
+ALTERNATES: dict[str, dict[str, str]] = {
+    "course_lib.transformer_xl": {
+        "rel_attention_scores_gather": "rel_attention_scores"
+    },
+    "course_lib.conventions": {
+        "interleaved_to_concat_permutation": "interleaved_to_half_permutation"
+    },
+}
+
+
+def _stub_library_module(
+    text: str, module: str, targets: dict[str, dict[str, int]]
+) -> str:
+    """Stub a library module's exercise targets, the alternates of any target, and
+    everything of the module built on either."""
+    numbers = {n: k for names in targets.values() for n, k in names.items()}
+    own = dict(targets.get(module, {}))
+    stubs = {
+        name: f"{name} is exercise {number}: implement it in your notebook"
+        for name, number in own.items()
+    }
+    for name, target in ALTERNATES.get(module, {}).items():
+        stubs[name] = (
+            f"{name} computes {target}, which is exercise {numbers[target]}: "
+            "implement it in your notebook"
+        )
+        own[name] = numbers[target]
+    for name, (target, number) in _dependents(text, own).items():
+        stubs[name] = (
+            f"{name} uses {target}, which is exercise {number}: implement it in "
+            "your notebook"
+        )
+    return _stub_functions(text, stubs, keep_doc=True)
+
+
 def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
     """Write the student edition of ``package`` to ``dest/course_lib`` (``dest`` must
     not hold one already) and return that folder."""
@@ -338,22 +376,8 @@ def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
             continue
         text = path.read_text()
         module = "course_lib." + ".".join(rel.with_suffix("").parts)
-        if module in targets:
-            text = _stub_functions(
-                text,
-                {
-                    name: f"{name} is exercise {number}: implement it in your notebook"
-                    for name, number in targets[module].items()
-                }
-                | {
-                    name: f"{name} uses {target}, which is exercise {number}: "
-                    "implement it in your notebook"
-                    for name, (target, number) in _dependents(
-                        text, targets[module]
-                    ).items()
-                },
-                keep_doc=True,
-            )
+        if module in targets or module in ALTERNATES:
+            text = _stub_library_module(text, module, targets)
         if rel.parts[0] == "checks" and _EXERCISE.match(rel.name):
             text = _oracle_imports(text)
             hidden = [
