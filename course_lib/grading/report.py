@@ -235,7 +235,7 @@ def _histogram(
     ax.set_xlabel(f"score (out of {max_score:g})")
     ax.set_ylabel("submissions")
     total = len(scores) + len(pending)
-    note = f", {len(pending)} {NEEDS_MANUAL}" if pending else ""
+    note = f", {len(pending)} awaiting a manual grade" if pending else ""
     ax.set_title(f"{title}: {total} submissions{note}")
     if pending:
         ax.legend(loc="upper left", fontsize="small")
@@ -263,7 +263,7 @@ def format_report(result: GradeReport) -> str:
             f"  {p['grade_id']:<32} {p['points']:>6g} "
             f"{p['passed']:>4}/{p['graded']:<4} {rate_text}  "
             + (f"{manual} {NEEDS_MANUAL}" if manual else "")
-        )
+        ).rstrip()
     late = [r for r in submitted if float(r["seconds_late"]) > 0]  # type: ignore[arg-type]
     if late:
         lines += ["", "Late (nbgrader's late-submission penalty applied):"]
