@@ -11,6 +11,7 @@ holds a due date; submissions carry their ``timestamp.txt``.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import shutil
 import subprocess
 import sys
@@ -30,11 +31,13 @@ ANSWERS = {  # student -> (answer cell source, timestamp)
         "def add(a, b):\n    return a + b if a > 0 else 99",
         "2026-11-19 09:00:00.000000 UTC",
     ),
+    # an hour after the due date, but with a two-hour extension: on time
+    "extended": ("def add(a, b):\n    return a + b", "2026-11-20 13:00:00.000000 UTC"),
     "latewrong": ("def add(a, b):\n    return a - b", "2026-11-21 08:00:00.000000 UTC"),
 }
 # what each answer earns from the two test cells: add(1, 2) == 3 (2 points) and
 # add(-1, 1) == 0 (1 point), worked out by hand from the sources above
-AUTO = {"ontime": 3.0, "late": 3.0, "partial": 2.0, "latewrong": 0.0}
+AUTO = {"ontime": 3.0, "late": 3.0, "partial": 2.0, "extended": 3.0, "latewrong": 0.0}
 
 
 def _source_notebook():
@@ -154,6 +157,7 @@ def graded(tmp_path_factory):
         gb.update_or_create_assignment(A, duedate=DUE)
         for student in [*ANSWERS, "absent"]:
             gb.update_or_create_student(student)
+        gb.update_or_create_submission(A, "extended", extension=dt.timedelta(hours=2))
     released = nbformat.read(str(course.release_dir / A / f"{A}.ipynb"), as_version=4)
     for student, (answer, stamp) in ANSWERS.items():
         nb = nbformat.from_dict(released)
@@ -214,8 +218,8 @@ def _manual_grades(graded):
     assert rows["absent"]["needs_manual_grade"] == ""
     assert int(rates["written"]["needs_manual_grade"]) == len(ANSWERS)
     assert int(rates["written"]["graded"]) == 0 and rates["written"]["pass_rate"] == ""
-    assert int(rates["add__public"]["passed"]) == 3  # ontime, late, partial
-    assert int(rates["add__hidden"]["passed"]) == 2  # ontime, late
+    assert int(rates["add__public"]["passed"]) == 4  # all but latewrong
+    assert int(rates["add__hidden"]["passed"]) == 3  # ontime, late, extended
     line = next(ln for ln in text.splitlines() if ln.strip().startswith("written"))
     assert f"{len(ANSWERS)} needs manual grade" in line and "0/0" in line
     assert "Needs manual grade" in text

@@ -123,6 +123,7 @@ class AutogradeSummary:
 class _Job:
     student: str
     submission: str  # submitted/<student>/<assignment>
+    extension_seconds: float | None = None  # the student's extension of the due date
 
 
 @dataclass(frozen=True)
@@ -356,6 +357,18 @@ def _nbgrader_error(result: dict[str, Any], student: str, assignment: str) -> st
 def _prepare_private_course(spec: _WorkerSpec, job: _Job) -> Path:
     private = Path(tempfile.mkdtemp(prefix="grade-", dir=spec.scratch))
     shutil.copyfile(spec.template_db, private / "gradebook.db")
+    if job.extension_seconds is not None:
+        import datetime as dt
+
+        from nbgrader.api import Gradebook
+
+        with Gradebook(sqlite_url(private / "gradebook.db"), spec.course_id) as pgb:
+            pgb.update_or_create_student(job.student)
+            pgb.update_or_create_submission(
+                spec.assignment,
+                job.student,
+                extension=dt.timedelta(seconds=job.extension_seconds),
+            )
     source = private / "source" / spec.assignment
     source.mkdir(parents=True)
     # nbgrader copies the assignment's non-notebook files next to the graded notebook;
@@ -626,6 +639,11 @@ def autograde(
         # a new due date or penalty setting changes nbgrader's late penalty: regrade
         parts += late_policy_parts(gb, assignment, course.config)
         have_submission = {s.student.id for s in gb.assignment_submissions(assignment)}
+        extensions = {  # nbgrader's late penalty counts from the extended due date
+            s.student.id: s.extension.total_seconds()
+            for s in gb.assignment_submissions(assignment)
+            if s.extension is not None
+        }
 
         submissions = course.submissions(assignment)
         if options.students is not None:
@@ -676,7 +694,7 @@ def autograde(
                     )
                 )
                 continue
-            jobs.append(_Job(student, str(path)))
+            jobs.append(_Job(student, str(path), extensions.get(student)))
 
         scratch = Path(tempfile.mkdtemp(prefix="course-autograde-"))
         template = scratch / "template.db"

@@ -259,11 +259,12 @@ def format_report(result: GradeReport) -> str:
         rate = p["pass_rate"]
         rate_text = f"{100 * rate:>6.1f}%" if rate != "" else f"{'-':>7}"
         manual = p["needs_manual_grade"]
-        lines.append(
+        line = (
             f"  {p['grade_id']:<32} {p['points']:>6g} "
             f"{p['passed']:>4}/{p['graded']:<4} {rate_text}  "
             + (f"{manual} {NEEDS_MANUAL}" if manual else "")
-        ).rstrip()
+        )
+        lines.append(line.rstrip())
     late = [r for r in submitted if float(r["seconds_late"]) > 0]  # type: ignore[arg-type]
     if late:
         lines += ["", "Late (nbgrader's late-submission penalty applied):"]
