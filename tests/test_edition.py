@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -333,3 +334,28 @@ def test_alternates_compute_their_target_and_are_stubbed(tree: Path) -> None:
                 assert _close(got, case["result"]), (name, target)
             assert _is_stub(student[name], f"{name} computes {target}, which is "
                                            "exercise ")
+
+
+# A line that only names parts of shapes or indexes (``q_len, k_len = q.shape[2],
+# k.shape[2]``) says nothing about the answer; every other line of a solution does.
+_PLAIN = re.compile(r"[\w, *]+ = [\w\[\]., ]+")
+
+
+def test_no_solution_line_is_in_the_student_edition(tree: Path) -> None:
+    text = "\n".join(p.read_text() for p in tree.rglob("*.py"))
+    searched, found = 0, []
+    for notebook in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if "### BEGIN SOLUTION" not in source:
+                continue
+            body = source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+            for line in body.splitlines():
+                line = line.strip()
+                if (len(line) > 25 and not line.startswith(("#", '"""'))
+                        and not _PLAIN.fullmatch(line)):
+                    searched += 1
+                    if line in text:
+                        found.append((notebook.parent.name, line))
+    assert searched >= 100
+    assert found == []

@@ -21,6 +21,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DATA", "generate", "reference", "target_imports"]
+__all__ = ["DATA", "generate", "local_references", "reference", "target_imports"]
 
 DATA = Path(__file__).with_name("public_expected.pt")
 
@@ -42,6 +43,53 @@ _ARG_RTOL = 1e-5
 _ARG_ATOL = 1e-6
 
 _entries: dict[str, list[dict[str, Any]]] | None = None
+
+# A checks module's own reference computations: its expected values (ex10 has no
+# library reference) and its known mistakes (built from the right answer).
+_LOCAL = re.compile(r"_\w*(reference|expected|variant|mistakes)\w*")
+
+
+def local_references(source: str) -> list[str]:
+    """The names of a checks module's top-level functions that compute expected
+    values, the answer with switchable mistakes, or known mistakes (private, with
+    ``reference``, ``expected``, ``variant`` or ``mistakes`` in the name):
+    stored, like the library references, in the student edition. Their key in the
+    stored file is ``"<module>:<name>"``."""
+    return [
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and _LOCAL.fullmatch(node.name)
+    ]
+
+
+def _to_plain(value: Any) -> Any:
+    """A known mistake as plain data (the stored file holds no class of ours)."""
+    from ._core import Mistake
+
+    if isinstance(value, Mistake):
+        return {"__mistake__": [_to_plain(value.answer), value.explanation]}
+    if isinstance(value, tuple):
+        return tuple(_to_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    return value
+
+
+def _from_plain(value: Any) -> Any:
+    from ._core import Mistake
+
+    if isinstance(value, dict):
+        if list(value) == ["__mistake__"]:
+            answer, explanation = value["__mistake__"]
+            return Mistake(_from_plain(answer), explanation)
+        return {k: _from_plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_from_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_from_plain(v) for v in value]
+    return value
 
 
 def target_imports(module: types.ModuleType | str) -> dict[str, tuple[str, str]]:
@@ -124,14 +172,14 @@ def reference(name: str) -> Callable[..., Any]:
     def stored(*args: Any, **kwargs: Any) -> Any:
         for entry in _load().get(name, []):
             if _same(list(args), entry["args"]) and _same(kwargs, entry["kwargs"]):
-                return _copy(entry["result"])
+                return _from_plain(_copy(entry["result"]))
         raise RuntimeError(
             f"{name} is an exercise: this student edition of course_lib stores the "
             "expected values of the public checks only, and this call is not one of "
             "them"
         )
 
-    stored.__name__ = f"stored_{name}"
+    stored.__name__ = f"stored_{name.rsplit(':', 1)[-1]}"
     stored.__qualname__ = stored.__name__
     return stored
 
@@ -175,7 +223,12 @@ def _recording(
     module: types.ModuleType, log: dict[str, list[dict[str, Any]]]
 ) -> Iterator[None]:
     saved = {}
-    for alias, (_lib, name) in target_imports(module).items():
+    short = module.__name__.rsplit(".", 1)[1]
+    wrapped = {alias: name for alias, (_lib, name) in target_imports(module).items()}
+    wrapped |= {
+        name: f"{short}:{name}" for name in local_references(inspect.getsource(module))
+    }
+    for alias, name in wrapped.items():
         ref = getattr(module, alias)
         saved[alias] = ref
 
@@ -183,7 +236,7 @@ def _recording(
             result = __ref(*args, **kwargs)
             entries = log.setdefault(__name, [])
             entry = {"args": _copy(list(args)), "kwargs": _copy(kwargs),
-                     "result": _copy(result)}
+                     "result": _to_plain(_copy(result))}
             if not any(_same(entry["args"], e["args"])
                        and _same(entry["kwargs"], e["kwargs"]) for e in entries):
                 entries.append(entry)

@@ -190,9 +190,14 @@ def _dependents(source: str, targets: dict[str, int]) -> dict[str, tuple[str, in
     return {k: v for k, v in reason.items() if k not in targets}
 
 
-def _oracle_imports(source: str) -> str:
-    """A checks module's imports of references become stored-value oracles."""
+def _oracle_imports(source: str, short: str) -> str:
+    """A checks module's references become stored-value oracles: its imports of
+    library references, and its own expected-value and mistake functions
+    (:func:`course_lib.checks._stored.local_references`)."""
+    from course_lib.checks._stored import local_references
+
     tree = ast.parse(source)
+    local = set(local_references(source))
     edits = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
@@ -205,14 +210,27 @@ def _oracle_imports(source: str) -> str:
                 for a in node.names
             )
             edits.append((node.lineno, node.end_lineno, text))
+        elif isinstance(node, ast.FunctionDef) and node.name in local:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            key = f"{short}:{node.name}"
+            edits.append((first, node.end_lineno,
+                          f"{node.name} = _stored.reference({key!r})\n"))
     if not edits:
         return source
-    # the oracle module is imported where the first reference import was
-    first = min(e[0] for e in edits)
-    edits = [
-        (a, b, ("from . import _stored\n" + t) if a == first else t)
-        for a, b, t in edits
-    ]
+    # the oracle module is imported before every other import (after any
+    # ``from __future__``): the replaced reference imports come before the rest
+    first_import = next(
+        (
+            n for n in tree.body
+            if isinstance(n, ast.Import)
+            or (isinstance(n, ast.ImportFrom) and n.module != "__future__")
+        ),
+        None,
+    )
+    if first_import is None:
+        raise RuntimeError("a checks module without imports: cannot add _stored")
+    edits.append((first_import.lineno, first_import.lineno - 1,
+                  "from . import _stored\n"))
     return _replace_lines(source, edits)
 
 
@@ -379,7 +397,7 @@ def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
         if module in targets or module in ALTERNATES:
             text = _stub_library_module(text, module, targets)
         if rel.parts[0] == "checks" and _EXERCISE.match(rel.name):
-            text = _oracle_imports(text)
+            text = _oracle_imports(text, rel.stem)
             hidden = [
                 n.name
                 for n in ast.parse(text).body
