@@ -205,6 +205,19 @@ def _penalties(graded):
     assert float(rows["ontime"]["max_score"]) == sum(POINTS.values())
     assert "late: 2 h 30 min late, score 3 - penalty 3 = 0" in text
     assert "No submission (scored 0): absent" in text
+    # collected but not graded yet: listed as such (0 points, as in the export)
+    folder = course.submitted_dir / "newcomer" / A
+    shutil.copytree(course.submitted_dir / "ontime" / A, folder)
+    with course.gradebook() as gb:
+        gb.update_or_create_student("newcomer")
+    _, rows, rates, text = _report_rows(course, "newcomer")
+    assert rows["newcomer"]["status"] == "not graded yet"
+    assert float(rows["newcomer"]["score"]) == 0.0
+    assert f"course autograde {A}" in rows["newcomer"]["reason"]
+    assert "Collected but not autograded yet" in text and "newcomer" in text
+    assert int(rates["add__public"]["submissions"]) == len(ANSWERS)
+    _assert_same_as_export(rows, _export(course))
+    shutil.rmtree(course.submitted_dir / "newcomer")
 
 
 def _manual_grades(graded):

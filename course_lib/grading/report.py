@@ -79,21 +79,28 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
         duedate = a.duedate.isoformat(sep=" ") if a.duedate else ""
         cells = _cell_order(gb, assignment)
         status = read_status(gb, assignment)
+        collected = course.submissions(assignment)
         rows: list[dict[str, object]] = []
         for student in sorted(s.id for s in gb.students):
             row: dict[str, object] = {"student_id": student, "duedate": duedate}
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
-                # what nbgrader export writes for a student without a submission
+                # what nbgrader export writes for a student without a submission;
+                # one collected but not autograded yet says so
+                waiting = student in collected
                 row.update(
-                    status="no submission",
+                    status="not graded yet" if waiting else "no submission",
                     raw_score=0.0,
                     late_penalty=0.0,
                     score=0.0,
                     seconds_late=0.0,
                     timestamp="",
-                    reason="no submission",
+                    reason=(
+                        f"collected, not autograded yet: course autograde {assignment}"
+                        if waiting
+                        else "no submission"
+                    ),
                     needs_manual_grade="",
                     failed_checks="",
                 )
@@ -125,7 +132,7 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
                 f"{k}: {v}" for k, v in sorted(failures.items()) if k not in pending
             )
             rows.append(_finish(row, max_score))
-    submitted = [r for r in rows if r["status"] != "no submission"]
+    submitted = [r for r in rows if r["status"] in ("graded", "ungradable")]
     pass_rates = []
     for _, name, points in cells:
         judged = [r for r in submitted if r[name] != NEEDS_MANUAL]
@@ -248,7 +255,7 @@ def _histogram(
 
 def format_report(result: GradeReport) -> str:
     """The text ``course report`` prints."""
-    submitted = [r for r in result.rows if r["status"] != "no submission"]
+    submitted = [r for r in result.rows if r["status"] in ("graded", "ungradable")]
     lines = [
         f"{result.assignment}: {len(result.rows)} students, {len(submitted)} "
         f"submissions, max score {result.max_score:g}",
@@ -284,6 +291,13 @@ def format_report(result: GradeReport) -> str:
     missing = [r["student_id"] for r in result.rows if r["status"] == "no submission"]
     if missing:
         lines += ["", f"No submission (scored 0): {', '.join(map(str, missing))}"]
+    waiting = [r["student_id"] for r in result.rows if r["status"] == "not graded yet"]
+    if waiting:
+        lines += [
+            "",
+            f"Collected but not autograded yet (scored 0 until then; run course "
+            f"autograde {result.assignment}): {', '.join(map(str, waiting))}",
+        ]
     lines += [""] + [f"wrote {path}" for path in result.files.values()]
     return "\n".join(lines)
 
