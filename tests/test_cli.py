@@ -487,3 +487,32 @@ def test_regrading_depends_on_the_grader_and_what_it_imports(tmp_path):
     assert rel(_grader_files("exZ", pkg)) == set(files)  # no grader: everything
     names = {p.name for p in _grader_files(A)}  # the real one
     assert {"ex05_alibi.py", "_core.py", "alibi.py"} <= names
+
+
+@pytest.mark.parametrize("command", ["release", "collect", "autograde", "feedback"])
+def test_long_commands_take_quiet(command):
+    argv = {
+        "release": ["release"],
+        "collect": ["collect", "x.zip", "-a", "ex05"],
+        "autograde": ["autograde", "ex05"],
+        "feedback": ["feedback", "ex05"],
+    }[command]
+    assert cli.build_parser().parse_args([*argv, "--quiet"]).quiet
+    assert not cli.build_parser().parse_args(argv).quiet
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    import argparse
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    plain = argparse.Namespace(quiet=False, no_progress=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a file or a pipe
+    assert not cli._progress_wanted(plain)
+    monkeypatch.setattr(sys, "stderr", Tty())
+    assert cli._progress_wanted(plain)
+    assert not cli._progress_wanted(argparse.Namespace(quiet=True, no_progress=False))
+    assert not cli._progress_wanted(argparse.Namespace(quiet=False, no_progress=True))
