@@ -271,8 +271,34 @@ def _first_line(text: str, limit: int = 300) -> str:
     return ""
 
 
-def _cell_failures(notebook_path: Path) -> dict[str, str]:
-    """grade id -> first line of the error of every graded cell that raised."""
+def time_limit_reason(limit: int | float | None, grade_id: str) -> str:
+    """What a test cell cut off by the per-cell time limit records: never "wrong".
+
+    >>> time_limit_reason(60, "alibi_bias__hidden")
+    'ungradable: time limit (60 s per cell, cell `alibi_bias__hidden`)'
+    """
+    size = f"{limit:g} s per cell" if limit else "the per-cell limit"
+    return f"ungradable: time limit ({size}, cell `{grade_id}`)"
+
+
+def cell_time_limit(config, assignment: str) -> int | None:
+    """The per-cell time limit of ``assignment`` in seconds: its entry of
+    ``c.CourseTimeLimits.per_cell`` in ``nbgrader_config.py`` (derived from the
+    solution's measured cost, see ``benchmarks/solution_cost.py``), else the global
+    ``Execute.timeout`` / ``ExecutePreprocessor.timeout``."""
+    table = config.CourseTimeLimits.get("per_cell") or {}
+    if assignment in table:
+        return int(table[assignment])
+    for section in ("Execute", "ExecutePreprocessor"):
+        value = config[section].get("timeout")
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _cell_failures(notebook_path: Path, limit: int | None = None) -> dict[str, str]:
+    """grade id -> first line of the error of every graded cell that raised; a cell
+    cut off by the time limit says so (:func:`time_limit_reason`)."""
     import nbformat
 
     nb = nbformat.read(str(notebook_path), as_version=4)
@@ -286,7 +312,7 @@ def _cell_failures(notebook_path: Path) -> dict[str, str]:
             continue
         names = [o.get("ename", "Error") for o in errors]
         if "CellTimeoutError" in names:
-            message = "CellTimeoutError: the cell ran past the per-cell time limit"
+            message = time_limit_reason(limit, meta.get("grade_id", "?"))
         else:
             message = f"{names[0]}: {errors[0].get('evalue', '')}"
         failures[meta.get("grade_id", "?")] = _first_line(message)
@@ -467,10 +493,10 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
         if "DeadKernelError" in log_text or "Kernel died" in log_text:
             reason = _describe_death(context.exit_codes())
         elif "CellTimeoutError" in log_text or "UnresponsiveKernelError" in log_text:
-            limit = f" of {spec.cell_timeout} s" if spec.cell_timeout else ""
+            limit = f"{spec.cell_timeout} s per cell" if spec.cell_timeout else "per cell"
             reason = (
-                f"a cell ran past the per-cell time limit{limit} and the kernel "
-                "could not be interrupted"
+                f"ungradable: time limit ({limit}): a cell ran past it and the "
+                "kernel could not be interrupted"
             )
         else:
             reason = _nbgrader_error(result, job.student, spec.assignment)
@@ -481,11 +507,20 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
     for nb in spec.notebooks:
         path = graded / f"{nb}.ipynb"
         if path.exists():
-            failures.update(_cell_failures(path))
+            failures.update(_cell_failures(path, spec.cell_timeout))
     with Gradebook(config.CourseDirectory.db_url, spec.course_id) as gb:
         grades = read_submission(gb, spec.assignment, job.student)
+    # A test cell cut off by the time limit is not judged (it scores 0 in nbgrader's
+    # gradebook, which knows no other state), and the submission says so in its
+    # reason; its other cells keep their scores (the kernel was interrupted and went
+    # on): a slow cell does not zero the rest.
+    timed_out = [msg for msg in failures.values() if msg.startswith("ungradable: time")]
     out.update(
-        status="graded", grades=grades, failures=failures, autograded=str(graded)
+        status="graded",
+        grades=grades,
+        failures=failures,
+        autograded=str(graded),
+        reason="; ".join(timed_out),
     )
     return out
 
@@ -656,7 +691,7 @@ def autograde(
                 s: p for s, p in submissions.items() if s in options.students
             }
 
-        timeout = options.cell_timeout or course.cell_timeout
+        timeout = options.cell_timeout or cell_time_limit(course.config, assignment)
         base = hashlib.sha256(
             "\n".join(
                 [
