@@ -14,7 +14,11 @@ in-memory ``HOME`` so no matplotlib or other user cache survives), one thread
 (``course autograde`` gives each of its ``--jobs`` workers ``cpus / jobs`` threads,
 one on the CI machine), in a scratch copy of the assignment folder. Per cell, the
 wall time between the kernel starting the cell and finishing it
-(nbclient's ``iopub.status.busy`` / ``iopub.status.idle`` timestamps).
+(nbclient's ``iopub.status.busy`` / ``iopub.status.idle`` timestamps). As before a
+first grading, ``course_lib``'s bytecode is compiled first (the sandbox cannot write
+it). The operating system's page cache is not dropped (that needs root and slows
+every other process on the machine): run it first thing after a fresh clone for the
+coldest numbers.
 
 Prints a markdown table (slowest cell with its grade id, whole notebook, and the
 limit the course derives: :func:`derived_limit`, at least ``MARGIN`` times the
@@ -76,8 +80,10 @@ def _seconds(meta: dict, start: str, end: str) -> float | None:
     a, b = meta.get(start), meta.get(end)
     if not a or not b:
         return None
-    parse = dt.datetime.fromisoformat
-    return (parse(b.replace("Z", "+00:00")) - parse(a.replace("Z", "+00:00"))).total_seconds()
+    def parse(stamp: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    return (parse(b) - parse(a)).total_seconds()
 
 
 def run_notebook(path: Path, launcher, *, threads: int = 1) -> dict:
@@ -135,7 +141,8 @@ def run_notebook(path: Path, launcher, *, threads: int = 1) -> dict:
         cells.append({"cell": grade_id, "seconds": round(secs, 2)})
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if errors and error is None:
-            error = f"{grade_id}: {errors[0].get('ename')}: {errors[0].get('evalue')}"[:300]
+            first = errors[0]
+            error = f"{grade_id}: {first.get('ename')}: {first.get('evalue')}"[:300]
     return {"notebook": path.name, "cells": cells, "total_seconds": round(total, 1),
             "error": error}
 
@@ -201,11 +208,24 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(names, launcher, threads=args.threads)
     print(f"Solution notebooks run cold ({'no sandbox' if warning else 'sandbox'}, "
           f"{args.threads} thread), {when}, {where}.\n")
-    print("| assignment | slowest cell | its time (s) | notebook (s) | limit (s) |")
-    print("|---|---|---|---|---|")
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    table = config.CourseTimeLimits.get("per_cell") or {}
+    print("| assignment | slowest cell | its time (s) | notebook (s) "
+          "| derived limit (s) | nbgrader_config.py (s) |")
+    print("|---|---|---|---|---|---|")
+    short = []
     for r in rows:
-        print(f"| {r['assignment']} | `{r['slowest_cell']}` | {r['slowest_seconds']:.1f} "
-              f"| {r['total_seconds']:.1f} | {r['limit']} |")
+        configured = table.get(r["assignment"])
+        if configured is None or configured < r["limit"]:
+            short.append(r["assignment"])
+        print(f"| {r['assignment']} | `{r['slowest_cell']}` "
+              f"| {r['slowest_seconds']:.1f} | {r['total_seconds']:.1f} "
+              f"| {r['limit']} | {configured if configured is not None else '-'} |")
+    if short:
+        print(f"\nnbgrader_config.py lacks a limit, or has one below the derived "
+              f"limit, for: {', '.join(short)}")
     if args.json:
         args.json.write_text(json.dumps({"date": when, "machine": where,
                                          "rows": rows}, indent=1))

@@ -110,6 +110,7 @@ def test_a_slow_cell_is_ungradable_by_time_limit_not_wrong(tmp_path):
     from course_lib.grading.course import Course
     from course_lib.grading.gradebook import read_status
     from course_lib.grading.release import release
+    from course_lib.grading.report import format_report, report
     from course_lib.grading.synthetic import (
         scratch_course,
         solution_answers,
@@ -122,7 +123,8 @@ def test_a_slow_cell_is_ungradable_by_time_limit_not_wrong(tmp_path):
     config_file = course.root / "nbgrader_config.py"
     config_file.write_text(
         config_file.read_text()
-        + f"\nc.CourseTimeLimits.per_cell = {{**CELL_TIME_LIMIT, {a!r}: {SLOW_LIMIT}}}\n"
+        + "\nc.CourseTimeLimits.per_cell = "
+        + f"{{**CELL_TIME_LIMIT, {a!r}: {SLOW_LIMIT}}}\n"
     )
     course = Course(course.root)
     release(course, a)
@@ -145,15 +147,22 @@ def test_a_slow_cell_is_ungradable_by_time_limit_not_wrong(tmp_path):
     assert "wrong" not in outcome.reason
     # the other function's cells are judged as usual: full points
     cells = json.loads(src.read_text())["cells"]
-    points = {
-        c["metadata"]["nbgrader"]["grade_id"]: float(c["metadata"]["nbgrader"]["points"])
+    graded = [
+        c["metadata"]["nbgrader"]
         for c in cells
         if c.get("metadata", {}).get("nbgrader", {}).get("grade")
-    }
+    ]
+    points = {m["grade_id"]: float(m["points"]) for m in graded}
     assert set(outcome.failures) == set(slow_cells)
     assert outcome.max_score == sum(points.values())
     assert outcome.score == sum(p for g, p in points.items() if g not in slow_cells)
-    # the reason is what the gradebook keeps for `course report`
+    # the reason is what the gradebook keeps, and what `course report` shows
     with course.gradebook() as gb:
         row = read_status(gb, a)["slow"]
     assert row.reason == outcome.reason
+    result = report(course, a, tmp_path / "report")
+    (csv_row,) = [r for r in result.rows if r["student_id"] == "slow"]
+    assert csv_row["reason"] == outcome.reason
+    text = format_report(result)
+    heading = "Cut off by the time limit (0 points, not judged wrong):"
+    assert f"{heading}\n  slow: {outcome.reason}" in text

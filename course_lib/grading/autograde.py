@@ -493,7 +493,9 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
         if "DeadKernelError" in log_text or "Kernel died" in log_text:
             reason = _describe_death(context.exit_codes())
         elif "CellTimeoutError" in log_text or "UnresponsiveKernelError" in log_text:
-            limit = f"{spec.cell_timeout} s per cell" if spec.cell_timeout else "per cell"
+            limit = (
+                f"{spec.cell_timeout} s per cell" if spec.cell_timeout else "per cell"
+            )
             reason = (
                 f"ungradable: time limit ({limit}): a cell ran past it and the "
                 "kernel could not be interrupted"

@@ -285,6 +285,12 @@ def format_report(result: GradeReport) -> str:
     if pending:
         lines += ["", "Needs manual grade (formgrader, or the nbgrader API):"]
         lines += [f"  {r['student_id']}: {r['needs_manual_grade']}" for r in pending]
+    timed_out = [
+        r for r in submitted if str(r["reason"]).startswith("ungradable: time")
+    ]
+    if timed_out:
+        lines += ["", "Cut off by the time limit (0 points, not judged wrong):"]
+        lines += [f"  {r['student_id']}: {r['reason']}" for r in timed_out]
     if result.ungradable:
         lines += ["", "Could not be graded (scored 0):"]
         lines += [f"  {student}: {reason}" for student, reason in result.ungradable]
