@@ -78,7 +78,8 @@ class AutogradeOptions:
     """How to autograde.
 
     ``jobs``: worker processes. ``limits``/``launcher``: how each kernel runs.
-    ``cell_timeout``: per-cell timeout in seconds (default: nbgrader_config.py).
+    ``cell_timeout``: per-cell timeout in seconds (default: the assignment's entry of
+    ``c.CourseTimeLimits.per_cell`` in nbgrader_config.py, see :func:`cell_time_limit`).
     ``force``: regrade submissions already graded. ``students``: only these.
     ``progress``: show a progress bar on stderr.
     """
