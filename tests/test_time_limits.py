@@ -166,3 +166,39 @@ def test_a_slow_cell_is_ungradable_by_time_limit_not_wrong(tmp_path):
     text = format_report(result)
     heading = "Cut off by the time limit (0 points, not judged wrong):"
     assert f"{heading}\n  slow: {outcome.reason}" in text
+
+
+def test_ex10_hidden_training_runs_on_one_thread(monkeypatch):
+    """The hidden grade of ex10 trains a tiny model: on one thread, so a busy machine
+    cannot make it wait on a descheduled second thread (issue 10's 102 s), and the
+    caller's thread count comes back afterwards."""
+    import torch
+
+    import course_lib.experiments as experiments
+    from course_lib.checks.ex10_lab import grade_log_distance_bias
+
+    seen = []
+    train_run = experiments.train_run
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return train_run(*args, **kwargs)
+
+    monkeypatch.setattr(experiments, "train_run", spy)
+
+    def log_distance_bias(n_heads, seq_len):
+        h = torch.arange(1, n_heads + 1, dtype=torch.float32)  # (H,)
+        slopes = (2.0 ** (-8.0 * h / n_heads))[:, None, None]  # (H, 1, 1): m_h
+        pos = torch.arange(seq_len)
+        back = pos[:, None] - pos[None, :]  # (S, S): i - j
+        bias = -slopes * torch.log1p(back.clamp(min=0).float())  # (H, S, S)
+        return bias.masked_fill(back < 0, float("-inf"))
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grade_log_distance_bias(log_distance_bias)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
