@@ -17,6 +17,7 @@ from . import (
     da,
     relative,
     rope,
+    rope_scaling,
     rotation,
     sinusoidal,
     transformer_xl,
@@ -27,6 +28,7 @@ from .conventions import *  # noqa: F403
 from .da import *  # noqa: F403
 from .relative import *  # noqa: F403
 from .rope import *  # noqa: F403
+from .rope_scaling import *  # noqa: F403
 from .rotation import *  # noqa: F403
 from .sinusoidal import *  # noqa: F403
 from .transformer_xl import *  # noqa: F403
@@ -38,6 +40,7 @@ __all__ = [
     *sinusoidal.__all__,
     *rotation.__all__,
     *rope.__all__,
+    *rope_scaling.__all__,
     *alibi.__all__,
     *relative.__all__,
     *transformer_xl.__all__,

@@ -1,0 +1,414 @@
+r"""Longer contexts for RoPE: rescale the rotation frequencies of a trained model.
+
+A RoPE model trained on sequences of at most :math:`L` tokens has seen, for pair
+:math:`i`, rotation angles :math:`m\theta_i` with :math:`0 \le m < L` only. Pairs whose
+wavelength :math:`\lambda_i = 2\pi/\theta_i` exceeds :math:`L` never completed a turn in
+training, so positions past :math:`L` give them angles the model has never seen. Every
+method here changes the frequencies (and some the attention temperature) so that a
+longer context :math:`sL` (``factor`` :math:`s`) maps into familiar angles:
+
+=============  =======================================================================
+``"linear"``   position interpolation (Chen et al. 2023): :math:`\theta_i' = \theta_i/s`
+``"ntk"``      NTK-aware base scaling (bloc97 2023):
+               :math:`b' = b\,s^{d/(d-2)}`, :math:`\theta_i' = b'^{-2i/d}`
+``"dynamic"``  dynamic NTK: ``"ntk"`` with the factor grown with the current length
+               :math:`\ell`: :math:`s(\ell) = s\ell/L - (s-1)` for :math:`\ell > L`
+``"yarn"``     YaRN (Peng et al. 2023): a ramp over wavelengths between extrapolation
+               and interpolation, plus the attention factor :math:`0.1\ln s + 1`
+``"llama3"``   Llama 3.1 (Grattafiori et al. 2024): three wavelength bands
+``"longrope"`` LongRoPE (Ding et al. 2024): searched per-pair factors
+               :math:`\theta_i' = \theta_i / \lambda_i`
+=============  =======================================================================
+
+The keyword names follow Hugging Face ``rope_parameters`` so a model config can be read
+directly; the parity with ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` is
+tested in ``tests/test_parity_rope_scaling.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ._validate import describe, fail
+from .rope import _check_head_dim
+from .sinusoidal import _check_base
+
+__all__ = [
+    "ROPE_SCALING_METHODS",
+    "dynamic_ntk_factor",
+    "llama3_smooth_factor",
+    "ntk_scaled_base",
+    "rope_scaled_frequencies",
+    "yarn_attention_factor",
+    "yarn_correction_dim",
+    "yarn_correction_range",
+    "yarn_ramp",
+]
+
+# method name -> the method_params it accepts (besides factor / original_max_position).
+_PARAMS: dict[str, tuple[str, ...]] = {
+    "linear": (),
+    "ntk": (),
+    "dynamic": ("seq_len",),
+    "yarn": (
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+        "max_position",
+    ),
+    "llama3": ("low_freq_factor", "high_freq_factor"),
+    "longrope": (
+        "short_factor",
+        "long_factor",
+        "attention_factor",
+        "max_position",
+        "seq_len",
+    ),
+}
+ROPE_SCALING_METHODS: tuple[str, ...] = tuple(_PARAMS)
+_NEEDS_ORIGINAL = ("dynamic", "yarn", "llama3", "longrope")
+
+
+def _real(fn: str, name: str, value: object, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        fail(fn, f"{name} must be a real number, got {describe(value)}", TypeError)
+    value = float(value)
+    if not math.isfinite(value) or (positive and not value > 0):
+        fail(fn, f"{name} must be a finite number greater than 0, got {value!r}")
+    return value
+
+
+def _factor(fn: str, factor: object) -> float:
+    factor = _real(fn, "factor", factor)
+    if factor < 1.0:
+        fail(
+            fn,
+            f"factor must be at least 1 (the new context is factor times the "
+            f"original one), got {factor!r}",
+        )
+    return factor
+
+
+def _length(fn: str, name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fail(fn, f"{name} must be a positive integer (a number of tokens), "
+             f"got {describe(value)}")
+    return int(value)  # type: ignore[arg-type]
+
+
+def ntk_scaled_base(base: float, factor: float, head_dim: int) -> float:
+    r"""NTK-aware base: :math:`b' = b\, s^{d/(d-2)}`.
+
+    Chosen so that the lowest-frequency pair :math:`i = d/2 - 1` is slowed down by
+    exactly :math:`s` (it is interpolated like position interpolation) while pair 0
+    keeps :math:`\theta_0 = 1` (high frequencies extrapolate):
+    :math:`b'^{-(d-2)/d} = b^{-(d-2)/d}/s`.
+
+    Example:
+        >>> round(ntk_scaled_base(10000.0, 4.0, 4), 1)
+        160000.0
+    """
+    fn = "ntk_scaled_base"
+    head_dim = _check_head_dim(fn, head_dim)
+    if head_dim < 4:
+        fail(fn, f"head_dim must be at least 4 (the exponent is d/(d-2)), got {head_dim}")
+    return _check_base(fn, base) * _factor(fn, factor) ** (head_dim / (head_dim - 2))
+
+
+def dynamic_ntk_factor(factor: float, seq_len: int, original_max_position: int) -> float:
+    r"""Effective NTK factor of dynamic NTK at the current length :math:`\ell`.
+
+    .. math::
+
+        s(\ell) = \frac{s\,\max(\ell, L)}{L} - (s - 1)
+
+    which is 1 at :math:`\ell \le L` (the model is unchanged inside its training
+    length) and grows linearly with :math:`\ell`, by :math:`s/L` per token; it reaches
+    :math:`s` at :math:`\ell = (2 - 1/s)L`. This is Hugging Face's rule.
+
+    Example:
+        >>> dynamic_ntk_factor(2.0, 3000, 2000)
+        2.0
+    """
+    fn = "dynamic_ntk_factor"
+    factor = _factor(fn, factor)
+    seq_len = _length(fn, "seq_len", seq_len)
+    original = _length(fn, "original_max_position", original_max_position)
+    return factor * max(seq_len, original) / original - (factor - 1.0)
+
+
+def yarn_correction_dim(
+    num_rotations: float, head_dim: int, base: float, original_max_position: int
+) -> float:
+    r"""The (fractional) pair index whose wavelength fits ``num_rotations`` times in L.
+
+    Pair :math:`i` turns :math:`L\theta_i/2\pi = L / (2\pi b^{2i/d})` times over the
+    training length; solving that for :math:`i` gives
+
+    .. math::
+
+        i(r) = \frac{d \,\ln\!\big(L / (2\pi r)\big)}{2 \ln b}.
+    """
+    return (head_dim * math.log(original_max_position / (num_rotations * 2 * math.pi))) / (
+        2 * math.log(base)
+    )
+
+
+def yarn_correction_range(
+    beta_fast: float,
+    beta_slow: float,
+    head_dim: int,
+    base: float,
+    original_max_position: int,
+    *,
+    truncate: bool = True,
+) -> tuple[float, float]:
+    r"""Pair indices ``(low, high)`` where YaRN's ramp starts and ends.
+
+    ``low = floor(i(beta_fast))``, ``high = ceil(i(beta_slow))`` (no rounding when
+    ``truncate=False``), clipped to ``[0, d - 1]``.
+    """
+    low = yarn_correction_dim(beta_fast, head_dim, base, original_max_position)
+    high = yarn_correction_dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
+
+
+def yarn_ramp(low: float, high: float, n_pairs: int) -> torch.Tensor:
+    r"""YaRN's ramp :math:`\gamma_i = \mathrm{clip}((i - low)/(high - low), 0, 1)`.
+
+    0 for the fast pairs (kept as trained), 1 for the slow ones (interpolated by
+    :math:`s`). ``high == low`` is widened by 0.001 as in the reference code.
+
+    Returns:
+        float64 tensor ``(n_pairs,)``.
+    """
+    if high == low:
+        high = high + 0.001
+    i = torch.arange(n_pairs, dtype=torch.float64)
+    return ((i - low) / (high - low)).clamp(0.0, 1.0)  # (n_pairs,)
+
+
+def yarn_attention_factor(
+    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
+) -> float:
+    r"""YaRN's attention factor (the square root of the softmax temperature :math:`1/t`).
+
+    .. math::
+
+        \sqrt{1/t} = 0.1 \ln s + 1 \quad (s > 1), \qquad 1 \quad (s \le 1);
+
+    with both ``mscale`` and ``mscale_all_dim`` (DeepSeek), the ratio
+    :math:`(0.1\,m \ln s + 1) / (0.1\,m_{all} \ln s + 1)`. The cos and sin tables are
+    multiplied by it, so the logits :math:`q^\top k` grow by its square.
+    """
+
+    def get(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if mscale and mscale_all_dim:
+        return float(get(factor, mscale) / get(factor, mscale_all_dim))
+    return get(factor)
+
+
+def llama3_smooth_factor(
+    wavelength: torch.Tensor,
+    original_max_position: int,
+    low_freq_factor: float,
+    high_freq_factor: float,
+) -> torch.Tensor:
+    r"""Llama 3.1's blend weight :math:`\mu = (L/\lambda - \alpha)/(\beta - \alpha)`.
+
+    ``alpha = low_freq_factor``, ``beta = high_freq_factor``. It is 0 at
+    :math:`\lambda = L/\alpha` (fully interpolated) and 1 at :math:`\lambda = L/\beta`
+    (kept); only meaningful between the two (the medium band).
+    """
+    return (original_max_position / wavelength - low_freq_factor) / (
+        high_freq_factor - low_freq_factor
+    )
+
+
+def _factor_list(fn: str, name: str, value: object, n_pairs: int) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        fail(fn, f"{name} must be a list of head_dim // 2 = {n_pairs} numbers, "
+             f"got {describe(value)}", TypeError)
+    if len(value) != n_pairs:  # type: ignore[arg-type]
+        fail(fn, f"{name} must have head_dim // 2 = {n_pairs} entries (one per "
+             f"pair), got {len(value)}")  # type: ignore[arg-type]
+    out = [_real(fn, f"{name}[{k}]", v) for k, v in enumerate(value)]  # type: ignore[union-attr]
+    return torch.tensor(out, dtype=torch.float64)  # (n_pairs,)
+
+
+def rope_scaled_frequencies(
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    method: str,
+    factor: float | None,
+    original_max_position: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    **method_params: object,
+) -> tuple[torch.Tensor, float]:
+    r"""Rescaled RoPE frequencies for running a model past its training length.
+
+    With :math:`\theta_i = b^{-2i/d}`, :math:`i = 0..d/2-1`, factor :math:`s`,
+    training length :math:`L` (``original_max_position``) and wavelength
+    :math:`\lambda_i = 2\pi/\theta_i`:
+
+    * ``"linear"``: :math:`\theta_i' = \theta_i / s`; attention factor 1.
+    * ``"ntk"``: :math:`\theta_i' = (b s^{d/(d-2)})^{-2i/d}`; attention factor 1.
+      NTK-aware scaling is its own method name (it needs nothing but ``factor``);
+      ``"dynamic"`` is the same formula with :func:`dynamic_ntk_factor`.
+    * ``"dynamic"``: ``"ntk"`` with :math:`s(\ell) = s\max(\ell, L)/L - (s-1)` for the
+      current length :math:`\ell` (``seq_len``, default :math:`L`).
+    * ``"yarn"``: :math:`\theta_i' = (1 - \gamma_i)\theta_i + \gamma_i\theta_i/s` with
+      :func:`yarn_ramp` :math:`\gamma` between the pairs that turn ``beta_fast``
+      (default 32) and ``beta_slow`` (default 1) times in :math:`L`; attention factor
+      ``attention_factor`` or :func:`yarn_attention_factor`. ``factor=None`` means
+      ``max_position / original_max_position``.
+    * ``"llama3"``: :math:`\theta_i' = \theta_i` if :math:`\lambda_i < L/\beta`,
+      :math:`\theta_i/s` if :math:`\lambda_i > L/\alpha`, otherwise
+      :math:`(1-\mu_i)\theta_i/s + \mu_i\theta_i` (:func:`llama3_smooth_factor`);
+      :math:`\alpha` = ``low_freq_factor`` (default 1), :math:`\beta` =
+      ``high_freq_factor`` (default 4), Llama 3.1's values. Attention factor 1.
+    * ``"longrope"``: :math:`\theta_i' = \theta_i / f_i` with :math:`f` =
+      ``long_factor`` when ``seq_len`` > :math:`L`, else ``short_factor`` (lists of
+      :math:`d/2` numbers); attention factor ``attention_factor`` or
+      :math:`\sqrt{1 + \ln s / \ln L}` (1 when :math:`s \le 1`); ``factor=None``
+      means ``max_position / original_max_position``.
+
+    Computed in float64 and rounded once to ``dtype``.
+
+    Args:
+        head_dim: head dimension :math:`d` (even).
+        base: RoPE base :math:`b`.
+        method: one of :data:`ROPE_SCALING_METHODS`.
+        factor: context extension factor :math:`s \ge 1`.
+        original_max_position: training length :math:`L` (needed by dynamic, yarn,
+            llama3, longrope).
+        dtype: floating dtype of ``inv_freq``.
+        **method_params: Hugging Face ``rope_parameters`` keys (see above), plus
+            ``max_position`` and ``seq_len``.
+
+    Returns:
+        ``(inv_freq, attention_factor)``: tensor ``(head_dim // 2,)`` and a float
+        that multiplies the cos and sin tables.
+
+    Example:
+        >>> rope_scaled_frequencies(4, method="linear", factor=2.0)
+        (tensor([0.5000, 0.0050]), 1.0)
+    """
+    fn = "rope_scaled_frequencies"
+    if method not in _PARAMS:
+        fail(fn, f"method must be one of {', '.join(map(repr, ROPE_SCALING_METHODS))}, "
+             f"got {method!r}")
+    head_dim = _check_head_dim(fn, head_dim)
+    base = _check_base(fn, base)
+    unknown = sorted(set(method_params) - set(_PARAMS[method]))
+    if unknown:
+        allowed = ", ".join(_PARAMS[method]) or "none"
+        fail(fn, f"method {method!r} does not take {', '.join(unknown)} "
+             f"(it accepts: {allowed})", TypeError)
+    if method in _NEEDS_ORIGINAL:
+        if original_max_position is None:
+            fail(fn, f"method {method!r} needs original_max_position (the length the "
+                 f"model was trained at)")
+        original = _length(fn, "original_max_position", original_max_position)
+    elif original_max_position is not None:
+        original = _length(fn, "original_max_position", original_max_position)
+    max_position = method_params.get("max_position")
+    if factor is None:
+        if method in ("yarn", "longrope") and max_position is not None:
+            max_position = _length(fn, "max_position", max_position)
+            factor = max_position / original
+        else:
+            fail(fn, f"method {method!r} needs a factor"
+                 + (" (or max_position)" if method in ("yarn", "longrope") else ""))
+    if method == "longrope":
+        factor = _real(fn, "factor", factor)  # HF allows any positive factor here
+    else:
+        factor = _factor(fn, factor)
+    n_pairs = head_dim // 2
+    exponent = torch.arange(n_pairs, dtype=torch.float64) * 2.0 / head_dim  # 2i/d
+    theta = base ** (-exponent)  # (n_pairs,)
+    attention = 1.0
+
+    if method == "linear":
+        inv = theta / factor
+    elif method == "ntk":
+        inv = ntk_scaled_base(base, factor, head_dim) ** (-exponent)
+    elif method == "dynamic":
+        seq_len = method_params.get("seq_len")
+        seq_len = original if seq_len is None else _length(fn, "seq_len", seq_len)
+        s = dynamic_ntk_factor(factor, seq_len, original)
+        inv = (base * s ** (head_dim / (head_dim - 2))) ** (-exponent)
+    elif method == "yarn":
+        beta_fast = _real(fn, "beta_fast", method_params.get("beta_fast") or 32.0)
+        beta_slow = _real(fn, "beta_slow", method_params.get("beta_slow") or 1.0)
+        if beta_fast <= beta_slow:
+            fail(fn, f"beta_fast must be larger than beta_slow (rotations in L of the "
+                 f"fast and the slow end of the ramp), got {beta_fast} <= {beta_slow}")
+        truncate = method_params.get("truncate", True)
+        if not isinstance(truncate, bool):
+            fail(fn, f"truncate must be True or False, got {describe(truncate)}", TypeError)
+        low, high = yarn_correction_range(
+            beta_fast, beta_slow, head_dim, base, original, truncate=truncate
+        )
+        gamma = yarn_ramp(low, high, n_pairs)  # (n_pairs,) 0 = keep, 1 = interpolate
+        inv = theta * (1.0 - gamma) + (theta / factor) * gamma
+        att = method_params.get("attention_factor")
+        if att is None:
+            mscale = method_params.get("mscale")
+            mscale_all = method_params.get("mscale_all_dim")
+            for name, v in (("mscale", mscale), ("mscale_all_dim", mscale_all)):
+                if v is not None:
+                    _real(fn, name, v, positive=False)
+            attention = yarn_attention_factor(factor, mscale, mscale_all)  # type: ignore[arg-type]
+        else:
+            attention = _real(fn, "attention_factor", att)
+    elif method == "llama3":
+        alpha = _real(fn, "low_freq_factor", method_params.get("low_freq_factor", 1.0))
+        beta = _real(fn, "high_freq_factor", method_params.get("high_freq_factor", 4.0))
+        if not beta > alpha:
+            fail(fn, f"high_freq_factor must be larger than low_freq_factor, got "
+                 f"high_freq_factor={beta} <= low_freq_factor={alpha}")
+        wavelength = 2 * math.pi / theta  # (n_pairs,)
+        mu = llama3_smooth_factor(wavelength, original, alpha, beta)
+        inv = torch.where(
+            wavelength < original / beta,
+            theta,  # high band: kept
+            torch.where(
+                wavelength > original / alpha,
+                theta / factor,  # low band: interpolated
+                (1 - mu) * theta / factor + mu * theta,  # medium band: blended
+            ),
+        )
+    else:  # longrope
+        for key in ("short_factor", "long_factor"):
+            if method_params.get(key) is None:
+                fail(fn, f"method 'longrope' needs {key} (a list of head_dim // 2 = "
+                     f"{n_pairs} numbers)")
+        short = _factor_list(fn, "short_factor", method_params["short_factor"], n_pairs)
+        long = _factor_list(fn, "long_factor", method_params["long_factor"], n_pairs)
+        seq_len = method_params.get("seq_len")
+        seq_len = None if seq_len is None else _length(fn, "seq_len", seq_len)
+        ext = long if seq_len is not None and seq_len > original else short
+        inv = theta / ext
+        att = method_params.get("attention_factor")
+        if att is None:
+            attention = (
+                1.0 if factor <= 1.0
+                else math.sqrt(1 + math.log(factor) / math.log(original))
+            )
+        else:
+            attention = _real(fn, "attention_factor", att)
+    return inv.to(dtype), float(attention)
