@@ -291,7 +291,7 @@ def rope_scaled_frequencies(
     Args:
         head_dim: head dimension :math:`d` (even).
         base: RoPE base :math:`b`.
-        method: one of :data:`ROPE_SCALING_METHODS`.
+        method: one of ``ROPE_SCALING_METHODS``.
         factor: context extension factor :math:`s \ge 1`.
         original_max_position: training length :math:`L` (needed by dynamic, yarn,
             llama3, longrope).

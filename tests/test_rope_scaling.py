@@ -1,0 +1,228 @@
+"""Defining properties of course_lib.rope_scaling (independent of transformers).
+
+All comparisons are in float64 (``dtype=torch.float64``); a tolerance of k * 2**-52
+counts the roundings between the two sides of each equation (noted per test).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib import (
+    ROPE_SCALING_METHODS,
+    apply_rope,
+    dynamic_ntk_factor,
+    ntk_scaled_base,
+    rope_angles,
+    rope_frequencies,
+    rope_scaled_frequencies,
+    yarn_attention_factor,
+    yarn_correction_dim,
+)
+
+EPS = 2.0**-52
+F64 = torch.float64
+
+
+def _theta(d, base=10000.0):
+    return rope_frequencies(d, base=base, dtype=F64)
+
+
+def _rel(a, b):
+    return ((a - b).abs() / b.abs()).max().item()
+
+
+def test_methods_listed():
+    assert ROPE_SCALING_METHODS == ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+
+
+@pytest.mark.parametrize("d", (8, 64))
+@pytest.mark.parametrize("s", (2.0, 8.0))
+def test_linear_equals_positions_divided_by_factor(d, s):
+    # rotating position m with theta/s is rotating position m/s with theta:
+    # the angles m * (theta / s) and (m / s) * theta differ by two roundings.
+    inv, att = rope_scaled_frequencies(d, method="linear", factor=s, dtype=F64)
+    m = torch.arange(0, 4000, 7, dtype=F64)
+    assert _rel(m[1:, None] * inv, (m[1:, None] / s) * _theta(d)) <= 4 * EPS
+    assert att == 1.0
+
+
+def test_linear_rotation_equals_interpolated_position():
+    # factor 2: position 2m rotated with the scaled frequencies == position m unscaled
+    d, s = 16, 2.0
+    inv, _ = rope_scaled_frequencies(d, method="linear", factor=s, dtype=F64)
+    m = torch.arange(50)
+    scaled = (2 * m).to(F64)[:, None] * inv
+    assert torch.allclose(scaled, rope_angles(m, d), rtol=4 * EPS, atol=0)
+
+
+@pytest.mark.parametrize("method", ["linear", "ntk", "dynamic", "yarn", "llama3"])
+@pytest.mark.parametrize("d", (4, 32, 128))
+def test_factor_one_is_identity(method, d):
+    inv, att = rope_scaled_frequencies(d, method=method, factor=1.0,
+                                       original_max_position=2048, dtype=F64)
+    # yarn: theta * (1 - g) + theta * g differs from theta by 2 roundings
+    assert _rel(inv, _theta(d)) <= 2 * EPS
+    assert att == 1.0
+
+
+@pytest.mark.parametrize("d", (4, 16, 128))
+@pytest.mark.parametrize("s", (2.0, 4.0, 32.0))
+def test_ntk_base_formula(d, s):
+    base = 10000.0
+    assert math.isclose(ntk_scaled_base(base, s, d), base * s ** (d / (d - 2)),
+                        rel_tol=0)
+    inv, _ = rope_scaled_frequencies(d, base=base, method="ntk", factor=s, dtype=F64)
+    theta = _theta(d)
+    # pair 0 untouched, the last pair slowed by exactly s (the defining property)
+    assert inv[0].item() == 1.0
+    # b'^(-(d-2)/d) = b^(-(d-2)/d) / s up to the pow's rounding, amplified by
+    # ln(b') * (d-2)/d ~ 14 at most here, plus 4 more roundings
+    assert math.isclose(inv[-1].item(), theta[-1].item() / s, rel_tol=(20 + 4) * EPS)
+    # in between, every pair is slowed by less than s and by at least 1
+    ratio = theta / inv
+    assert torch.all(ratio >= 1 - 4 * EPS) and torch.all(ratio <= s * (1 + 24 * EPS))
+    assert torch.all(ratio[1:] >= ratio[:-1] * (1 - 4 * EPS))
+
+
+def test_dynamic_factor_formula():
+    assert dynamic_ntk_factor(4.0, 100, 2048) == 1.0
+    assert dynamic_ntk_factor(4.0, 2048, 2048) == 1.0
+    # linear in the length past L with slope s / L
+    assert math.isclose(dynamic_ntk_factor(4.0, 4096, 2048), 4.0 * 2 - 3.0, rel_tol=0)
+    d, s, L, n = 32, 4.0, 2048, 6000
+    inv, _ = rope_scaled_frequencies(d, method="dynamic", factor=s,
+                                     original_max_position=L, seq_len=n, dtype=F64)
+    ntk, _ = rope_scaled_frequencies(d, method="ntk", factor=s * n / L - (s - 1),
+                                     dtype=F64)
+    assert torch.equal(inv, ntk)
+
+
+@pytest.mark.parametrize("d", (32, 128))
+@pytest.mark.parametrize("base", (10000.0, 500000.0))
+@pytest.mark.parametrize("s", (4.0, 16.0))
+def test_yarn_keeps_fast_pairs_and_interpolates_slow_ones(d, base, s):
+    L = 4096
+    inv, _ = rope_scaled_frequencies(d, base=base, method="yarn", factor=s,
+                                     original_max_position=L, dtype=F64)
+    theta = _theta(d, base)
+    turns = L * theta / (2 * math.pi)  # full rotations of pair i within L
+    fast = turns > 32 * 1.5 * 2  # well past beta_fast after the floor of the index
+    slow = turns < 1 / 2  # well past beta_slow after the ceil
+    assert fast.any() and slow.any()
+    assert torch.equal(inv[fast], theta[fast])  # untouched
+    assert _rel(inv[slow], theta[slow] / s) <= 2 * EPS  # interpolated by s
+    # every pair lies between the two, monotonically blended
+    assert torch.all(inv <= theta * (1 + 2 * EPS))
+    assert torch.all(inv >= theta / s * (1 - 2 * EPS))
+
+
+def test_yarn_correction_dim_inverts_turn_count():
+    d, base, L = 64, 10000.0, 4096
+    for r in (1.0, 32.0):
+        i = yarn_correction_dim(r, d, base, L)
+        turns = L * base ** (-2 * i / d) / (2 * math.pi)
+        assert math.isclose(turns, r, rel_tol=64 * EPS)
+
+
+def test_yarn_attention_factor():
+    assert yarn_attention_factor(1.0) == 1.0
+    assert math.isclose(yarn_attention_factor(16.0), 0.1 * math.log(16.0) + 1, rel_tol=0)
+    assert math.isclose(
+        yarn_attention_factor(16.0, 1.0, 0.5),
+        (0.1 * math.log(16.0) + 1) / (0.05 * math.log(16.0) + 1), rel_tol=2 * EPS)
+    _, att = rope_scaled_frequencies(64, method="yarn", factor=8.0,
+                                     original_max_position=2048)
+    assert att == yarn_attention_factor(8.0)
+
+
+@pytest.mark.parametrize("s", (8.0, 2.0))
+def test_llama3_bands(s):
+    d, base, L, lo, hi = 128, 500000.0, 8192, 1.0, 4.0
+    inv, att = rope_scaled_frequencies(d, base=base, method="llama3", factor=s,
+                                       original_max_position=L, dtype=F64,
+                                       low_freq_factor=lo, high_freq_factor=hi)
+    theta = _theta(d, base)
+    wl = 2 * math.pi / theta
+    high, low = wl < L / hi, wl > L / lo
+    medium = ~high & ~low
+    assert high.any() and low.any() and medium.any()
+    assert torch.equal(inv[high], theta[high])
+    assert _rel(inv[low], theta[low] / s) <= EPS
+    ratio = theta[medium] / inv[medium]  # strictly between the two bands' ratios
+    assert torch.all(ratio > 1) and torch.all(ratio < s)
+    mu = (L / wl[medium] - lo) / (hi - lo)
+    assert _rel(inv[medium], (1 - mu) * theta[medium] / s + mu * theta[medium]) <= 4 * EPS
+    assert att == 1.0
+
+
+def test_longrope_selects_factor_lists():
+    d, L = 8, 4096
+    short, long = [1.0, 1.5, 2.0, 3.0], [1.0, 4.0, 16.0, 64.0]
+    kw = dict(method="longrope", factor=32.0, original_max_position=L,
+              short_factor=short, long_factor=long, dtype=F64)
+    inv_s, att = rope_scaled_frequencies(d, seq_len=L, **kw)
+    inv_l, _ = rope_scaled_frequencies(d, seq_len=L + 1, **kw)
+    theta = _theta(d)
+    assert _rel(inv_s, theta / torch.tensor(short, dtype=F64)) <= EPS
+    assert _rel(inv_l, theta / torch.tensor(long, dtype=F64)) <= EPS
+    assert math.isclose(att, math.sqrt(1 + math.log(32) / math.log(L)), rel_tol=0)
+
+
+def test_scaled_angles_stay_inside_trained_range():
+    # the point of interpolation: over 8x the length, the slowest pair turns no
+    # further than it did over the training length (s L theta/s = L theta, 2 roundings)
+    d, L, s = 64, 1024, 8.0
+    theta = _theta(d)
+    for method in ("linear", "yarn", "llama3"):
+        inv, _ = rope_scaled_frequencies(d, method=method, factor=s,
+                                         original_max_position=L, dtype=F64)
+        assert s * L * inv[-1] <= L * theta[-1] * (1 + 4 * EPS)
+
+
+def test_scaled_frequencies_feed_apply_rope_shape():
+    inv, _ = rope_scaled_frequencies(8, method="yarn", factor=4.0,
+                                     original_max_position=64)
+    assert inv.shape == (4,) and inv.dtype == torch.float32
+    x = torch.randn(1, 1, 3, 8)
+    assert apply_rope(x).shape == x.shape
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "words"),
+    [
+        (dict(method="pi", factor=2.0), ValueError, "'linear', 'ntk', 'dynamic'"),
+        (dict(method="yarn", factor=2.0), ValueError, "needs original_max_position"),
+        (dict(method="llama3", factor=2.0), ValueError, "needs original_max_position"),
+        (dict(method="linear", factor=0.5), ValueError, "at least 1"),
+        (dict(method="linear", factor="2"), TypeError, "real number"),
+        (dict(method="linear", factor=None), ValueError, "needs a factor"),
+        (dict(method="linear", factor=2.0, beta_fast=32), TypeError, "does not take"),
+        (dict(method="yarn", factor=2.0, original_max_position=0), ValueError,
+         "positive integer"),
+        (dict(method="yarn", factor=2.0, original_max_position=64, beta_fast=1,
+              beta_slow=2), ValueError, "beta_fast must be larger"),
+        (dict(method="llama3", factor=2.0, original_max_position=64,
+              low_freq_factor=4.0, high_freq_factor=1.0), ValueError,
+         "high_freq_factor must be larger"),
+        (dict(method="longrope", factor=2.0, original_max_position=64,
+              short_factor=[1.0] * 4), ValueError, "needs long_factor"),
+        (dict(method="longrope", factor=2.0, original_max_position=64,
+              short_factor=[1.0] * 3, long_factor=[1.0] * 4), ValueError,
+         "4 entries"),
+        (dict(method="dynamic", factor=2.0, original_max_position=64, seq_len=1.5),
+         ValueError, "seq_len must be a positive integer"),
+    ],
+)
+def test_bad_input_messages(kwargs, exc, words):
+    with pytest.raises(exc, match="^rope_scaled_frequencies: ") as info:
+        rope_scaled_frequencies(8, **kwargs)
+    assert words in str(info.value)
+
+
+def test_odd_head_dim_rejected():
+    with pytest.raises(ValueError, match="even"):
+        rope_scaled_frequencies(7, method="linear", factor=2.0)
