@@ -34,12 +34,27 @@ def test_rescale_equals_formula(w: float, v: float) -> None:
 def test_rescale_monotone_and_bounded(v: float) -> None:
     d = torch.arange(0, 200, dtype=torch.float64)
     up = da_rescale(d, 0.3, v)
-    assert (up.diff() >= 0).all() and (up.diff()[:40] > 0).all()  # saturates later
-    assert (up >= 1).all() and (up <= 1 + math.exp(v)).all()
+    # Where hat R saturates, neighbours differ by rounding only, and a vectorised exp may
+    # treat the SIMD body and the scalar tail of a row differently: allow 4 ulps of the
+    # value (1 + e^|v| bounds it) against monotonicity; the first 40 steps are far larger.
+    ulps4 = 4 * torch.finfo(torch.float64).eps * (1 + math.exp(abs(v)))
+    assert (up.diff() >= -ulps4).all() and (up.diff()[:40] > 0).all()  # saturates later
+    # The bound 1 + e^v is reached in floating point: hat R is evaluated as
+    # exp(softplus(v) - softplus(v - wR)), about five correctly- or faithfully-rounded
+    # float64 ops (exp, log1p, max, add, sub), each <= 1 ulp; the final exp turns an
+    # absolute error a*eps in its argument a = log(1 + e^v) into a relative error a*eps.
+    # So the saturated value may sit a few ulps above the exact bound, and which side it
+    # lands on depends on the CPU's vectorised exp (AMD EPYC: 5.481689070338065 vs the
+    # exact 5.4816890703380645). Allow (5 + a) eps relative, a tight bound all the same.
+    eps = torch.finfo(torch.float64).eps
+    bound = 1 + math.exp(v)
+    slack = (5 + abs(math.log(bound))) * eps * bound
+    assert (up >= 1 - 5 * eps).all() and (up <= bound + slack).all()
     down = da_rescale(d, -0.3, v)
-    assert (down.diff() <= 0).all() and (down.diff()[:40] < 0).all()
-    assert (down > 0).all() and (down <= 1).all()
+    assert (down.diff() <= ulps4).all() and (down.diff()[:40] < 0).all()
+    assert (down > 0).all() and (down <= 1 + 5 * eps).all()  # same ulp budget at R = 0
     flat = da_rescale(d, 0.0, v)
+    # exact by construction: w*R = 0 exactly, so softplus(v) - softplus(v) = 0, exp(0) = 1
     assert torch.equal(flat, torch.ones_like(flat))
 
 
