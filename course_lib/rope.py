@@ -451,6 +451,16 @@ class RotaryEmbedding(nn.Module):
         base: frequency base.
         convention: ``"interleaved"`` or ``"half"`` (pairs within the rotated part).
         max_seq_len: positions cached at construction.
+        scaling: optional context extension, a dict of the keyword arguments of
+            :func:`course_lib.rope_scaling.rope_scaled_frequencies` (``method``,
+            ``factor``, ``original_max_position`` and Hugging Face
+            ``rope_parameters`` keys), e.g.
+            ``{"method": "yarn", "factor": 4.0, "original_max_position": 2048}``.
+            The tables become :math:`a\cos(m\theta_i')`, :math:`a\sin(m\theta_i')`
+            with the scaled frequencies :math:`\theta'` and attention factor
+            :math:`a`. For ``"dynamic"`` the frequencies follow the length in use
+            (the largest position + 1, at least ``original_max_position``) and are
+            recomputed whenever it changes; ``seq_len`` cannot be given here.
 
     Shapes: ``forward(x, positions=None)``: ``x`` ``(..., seq, head_dim)``,
     ``positions`` integer ``(seq,)`` (default ``arange(seq)``); returns the shape and
@@ -477,6 +487,7 @@ class RotaryEmbedding(nn.Module):
         base: float = 10000.0,
         convention: str = "interleaved",
         max_seq_len: int = 2048,
+        scaling: dict | None = None,
     ) -> None:
         super().__init__()
         fn = "RotaryEmbedding"
@@ -492,18 +503,59 @@ class RotaryEmbedding(nn.Module):
         self.base = _check_base(fn, base)
         self.convention = _check_convention(fn, convention)
         max_seq_len = require_positive_int(fn, "max_seq_len", max_seq_len)
+        self.scaling = self._check_scaling(fn, scaling)
+        self._dynamic_len: int | None = None  # length the dynamic tables are made for
         cos, sin = self._tables(max_seq_len, torch.device("cpu"))
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
         self._factors: dict[tuple[torch.dtype, torch.device], tuple] = {}
 
+    def _check_scaling(self, fn: str, scaling: object) -> dict | None:
+        if scaling is None:
+            return None
+        if not isinstance(scaling, dict) or "method" not in scaling:
+            fail(
+                fn,
+                "scaling must be a dict with at least 'method' and 'factor', e.g. "
+                "{'method': 'linear', 'factor': 2.0}, got " + describe(scaling),
+                TypeError,
+            )
+        if "seq_len" in scaling or "base" in scaling or "head_dim" in scaling:
+            fail(
+                fn,
+                "scaling must not contain seq_len, base or head_dim (the module "
+                "sets them), got keys " + ", ".join(map(str, scaling)),
+            )
+        scaling = dict(scaling)
+        scaling.setdefault("factor", None)
+        self._scaled(scaling, None)  # validate now: errors name the bad key
+        return scaling
+
+    def _scaled(
+        self, scaling: dict, seq_len: int | None
+    ) -> tuple[torch.Tensor, float]:
+        from .rope_scaling import rope_scaled_frequencies  # rope_scaling imports rope
+
+        extra = {} if seq_len is None else {"seq_len": seq_len}
+        return rope_scaled_frequencies(
+            self.rotary_dim, base=self.base, dtype=torch.float64, **scaling, **extra
+        )  # (rotary_dim/2,) float64, attention factor
+
     def _tables(
         self, n: int, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        angles = rope_angles(
-            torch.arange(n, device=device), self.rotary_dim, base=self.base
-        )  # (n, rotary_dim/2) float64
-        return angles.cos(), angles.sin()
+        if self.scaling is None:
+            angles = rope_angles(
+                torch.arange(n, device=device), self.rotary_dim, base=self.base
+            )  # (n, rotary_dim/2) float64
+            return angles.cos(), angles.sin()
+        seq_len = None
+        if self.scaling["method"] in ("dynamic", "longrope"):
+            seq_len = self._dynamic_len or self.scaling["original_max_position"]
+        inv_freq, attention = self._scaled(self.scaling, seq_len)
+        positions = torch.arange(n, device=device, dtype=torch.float64)
+        angles = positions[:, None] * inv_freq.to(device)  # (n, rotary_dim/2)
+        return attention * angles.cos(), attention * angles.sin()
 
     @property
     def cached_len(self) -> int:
@@ -511,6 +563,16 @@ class RotaryEmbedding(nn.Module):
         return self.cos_cached.shape[0]
 
     def _grow(self, n: int) -> None:
+        if self.scaling is not None and self.scaling["method"] in ("dynamic", "longrope"):
+            # the frequencies depend on the length in use: remake them when it changes
+            length = max(n, self.scaling["original_max_position"])
+            if length != self._dynamic_len:
+                self._dynamic_len = length
+                self.cos_cached, self.sin_cached = self._tables(
+                    max(n, self.cached_len), self.cos_cached.device
+                )
+                self._factors.clear()
+                return
         if n > self.cached_len:
             new_len = max(n, 2 * self.cached_len)
             self.cos_cached, self.sin_cached = self._tables(
@@ -596,4 +658,5 @@ class RotaryEmbedding(nn.Module):
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
             f"base={self.base}, convention={self.convention!r}, "
             f"cached_len={self.cached_len}"
+            + ("" if self.scaling is None else f", scaling={self.scaling!r}")
         )

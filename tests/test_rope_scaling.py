@@ -226,3 +226,81 @@ def test_bad_input_messages(kwargs, exc, words):
 def test_odd_head_dim_rejected():
     with pytest.raises(ValueError, match="even"):
         rope_scaled_frequencies(7, method="linear", factor=2.0)
+
+
+# --- RotaryEmbedding(scaling=...) -------------------------------------------------
+
+from course_lib import RotaryEmbedding  # noqa: E402
+
+
+def _unit(angle):
+    return torch.polar(torch.ones_like(angle), angle)
+
+
+# atol 1e-12 below: angles up to ~100 rad carry ~100 ulp of float64 (2e-14) in
+# cos/sin, times |x| < 6 and a few products: well under 1e-12, far above rounding.
+def _x(seq, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, 2, seq, d, generator=g, dtype=F64)
+
+
+@pytest.mark.parametrize("convention", ("interleaved", "half"))
+def test_rotary_linear_scaling_is_interpolated_positions(convention):
+    # position 2m with factor 2 is position m without scaling (angles equal up to
+    # 4 roundings; cos/sin of the same float64 angle)
+    rope = RotaryEmbedding(8, convention=convention,
+                           scaling={"method": "linear", "factor": 2.0})
+    x = _x(20)
+    even = torch.arange(0, 40, 2)
+    got = rope(x, even)
+    want = apply_rope(x, torch.arange(20), convention=convention)
+    assert torch.allclose(got, want, rtol=0, atol=64 * EPS)
+
+
+def test_rotary_yarn_applies_frequencies_and_attention_factor():
+    scaling = {"method": "yarn", "factor": 8.0, "original_max_position": 64}
+    rope = RotaryEmbedding(16, scaling=scaling)
+    inv, att = rope_scaled_frequencies(16, dtype=F64, **scaling)
+    assert att > 1
+    x = _x(100, 16)
+    y = rope(x)
+    # a rotation times att: every pair's norm grows by att exactly (up to rounding)
+    pair_norm = lambda t: t.unflatten(-1, (-1, 2)).norm(dim=-1)  # noqa: E731
+    assert torch.allclose(pair_norm(y), att * pair_norm(x), rtol=32 * EPS, atol=0)
+    # and the angle is m * inv: compare with the complex form built independently
+    z = torch.view_as_complex(x.unflatten(-1, (-1, 2)).contiguous())
+    m = torch.arange(100, dtype=F64)[:, None]
+    want = torch.view_as_real(z * att * _unit(m * inv)).flatten(-2)
+    assert torch.allclose(y, want, rtol=0, atol=1e-12)
+
+
+def test_rotary_dynamic_recomputes_past_original_length():
+    L = 32
+    rope = RotaryEmbedding(8, max_seq_len=16,
+                           scaling={"method": "dynamic", "factor": 2.0,
+                                    "original_max_position": L})
+    short = _x(L)
+    assert torch.allclose(rope(short), apply_rope(short), rtol=0, atol=64 * EPS)
+    long = _x(3 * L)
+    inv, _ = rope_scaled_frequencies(8, method="dynamic", factor=2.0,
+                                     original_max_position=L, seq_len=3 * L, dtype=F64)
+    z = torch.view_as_complex(long.unflatten(-1, (-1, 2)).contiguous())
+    m = torch.arange(3 * L, dtype=F64)[:, None]
+    want = torch.view_as_real(z * _unit(m * inv)).flatten(-2)
+    assert torch.allclose(rope(long), want, rtol=0, atol=1e-12)
+    # back below the original length: plain RoPE again
+    assert torch.allclose(rope(short), apply_rope(short), rtol=0, atol=64 * EPS)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "exc", "words"),
+    [
+        ("linear", TypeError, "must be a dict"),
+        ({"factor": 2.0}, TypeError, "must be a dict"),
+        ({"method": "yarn", "factor": 2.0}, ValueError, "needs original_max_position"),
+        ({"method": "linear", "factor": 2.0, "seq_len": 5}, ValueError, "seq_len"),
+    ],
+)
+def test_rotary_scaling_errors(scaling, exc, words):
+    with pytest.raises(exc, match=words):
+        RotaryEmbedding(8, scaling=scaling)
