@@ -38,8 +38,15 @@ def test_slopes_follow_recursive_rule(n: int) -> None:
 
 def test_slopes_twelve_heads_as_stated() -> None:
     exponents = [1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5]
-    want = torch.tensor([2.0**-e for e in exponents])
-    assert torch.equal(alibi_slopes(12), want)
+    want = torch.tensor([2.0**-e for e in exponents], dtype=torch.float64)
+    got = alibi_slopes(12)
+    # Integer exponents give powers of two, exact in any pow: compare those bit for bit.
+    assert torch.equal(got[:8].double(), want[:8])
+    # 2^-0.5 etc. come from a float64 pow (<= 1 ulp, vectorised paths differ by CPU) and
+    # one cast to float32; a float64 ulp can tip the float32 rounding at most one float32
+    # ulp, so allow one float32 eps relative.
+    eps32 = torch.finfo(torch.float32).eps
+    torch.testing.assert_close(got[8:].double(), want[8:], rtol=eps32, atol=0)
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32, 64])

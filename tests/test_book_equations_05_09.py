@@ -661,7 +661,10 @@ def sinusoids_without_sine(max_len: int, d_model: int) -> torch.Tensor:
 
 def test_erratum_sinusoids_without_sine() -> None:
     angles = sinusoids_without_sine(1024, 64)
-    assert angles.max() == 1023 and cl.sinusoidal_encoding(1024, 64).abs().max() <= 1
+    # angles are integers p * 1 (exact); |sin| may reach 1 + eps32 from a 1-ulp kernel
+    eps32 = torch.finfo(torch.float32).eps
+    assert angles.max() == 1023
+    assert cl.sinusoidal_encoding(1024, 64).abs().max() <= 1 + eps32
     fixed = torch.where(torch.arange(64) % 2 == 0, angles.sin(), angles.cos())
     assert torch.allclose(fixed, cl.sinusoidal_encoding(1024, 64).double(), atol=1e-4)
 
