@@ -304,3 +304,31 @@ def test_rotary_dynamic_recomputes_past_original_length():
 def test_rotary_scaling_errors(scaling, exc, words):
     with pytest.raises(exc, match=words):
         RotaryEmbedding(8, scaling=scaling)
+
+
+# --- figures of chapter 11 ---------------------------------------------------------
+
+
+def test_wavelength_figure_splits_pairs_at_training_length():
+    from course_lib import viz
+
+    fig = viz.plot_rope_wavelengths_vs_training(64, 1000)
+    seen, unseen = fig.axes[0].lines[:2]
+    assert (seen.get_ydata() <= 1000).all() and (unseen.get_ydata() > 1000).all()
+    wl = 2 * math.pi / _theta(64)
+    assert len(seen.get_ydata()) == int((wl <= 1000).sum())
+
+
+def test_ratio_figure_lines_are_the_library_slowdowns():
+    from course_lib import viz
+
+    fig = viz.plot_scaled_frequency_ratios(32, 512, base=10000.0, factor=4.0)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].lines}
+    theta = _theta(32)
+    for method in ("linear", "ntk", "yarn", "llama3"):
+        inv, _ = rope_scaled_frequencies(32, method=method, factor=4.0,
+                                         original_max_position=512, dtype=F64)
+        assert torch.allclose(torch.tensor(lines[method].get_ydata()), theta / inv,
+                              rtol=0, atol=0)
+    assert torch.allclose(torch.tensor(lines["linear"].get_ydata()),
+                          torch.full((16,), 4.0, dtype=F64))
