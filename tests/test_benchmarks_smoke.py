@@ -129,7 +129,7 @@ def test_alibi_peers_agree() -> None:
 
 
 def test_committed_results_have_every_case_the_book_reads() -> None:
-    """benchmarks/RESULTS.md (read by book/11-making-it-fast.md) is complete: every
+    """benchmarks/RESULTS.md (read by book/13-making-it-fast.md) is complete: every
     suite's table lists every implementation at every full size, with a time."""
     from benchmarks.__main__ import SUITES
 
