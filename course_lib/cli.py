@@ -280,6 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "publish",
+        help="write the student-facing tree of a class: the class edition of the book "
+        "(no solution listings), the release notebooks and the student wheel",
+    )
+    p.add_argument("out", type=Path, metavar="OUT",
+                   help="a new or empty folder (gets html/, notebooks/, dist/)")
+    p.add_argument("--root", type=Path, metavar="DIR",
+                   help="course folder (default: the nearest folder with _config.yml "
+                   "and notebooks/ at or above the working directory)")
+
+    p = sub.add_parser(
         "lab",
         help="run the length-extrapolation lab (course_lib.experiments)",
         add_help=False,
@@ -411,6 +422,21 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_publish(args) -> int:
+    from .grading.publish import publish
+
+    result = publish(args.out, root=args.root,
+                     log=lambda line: print(line, file=sys.stderr))
+    files = sorted(p for p in result.out.rglob("*") if p.is_file())
+    print(f"published {len(files)} files to {result.out}:")
+    pages = sum(1 for p in files if p.suffix == ".html" and result.html in p.parents)
+    releases = sum(1 for p in result.notebooks if p.suffix == ".ipynb")
+    print(f"  html/       class edition of the book ({pages} pages)")
+    print(f"  notebooks/  {releases} release notebooks")
+    print(f"  dist/       {result.wheel.name}")
+    return 0
+
+
 def _cmd_lab(args) -> int:
     try:
         module = importlib.import_module("course_lib.experiments.__main__")
@@ -450,6 +476,7 @@ _COMMANDS = {
     "feedback": _cmd_feedback,
     "report": _cmd_report,
     "lab": _cmd_lab,
+    "publish": _cmd_publish,
 }
 
 

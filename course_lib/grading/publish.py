@@ -1,0 +1,196 @@
+"""``course publish OUT``: the student-facing tree of a credit-bearing class.
+
+The instructor's repository holds everything (``solutions/``, the hidden graders, the
+grading tool). What students of a class get is written by :func:`publish` into a new
+folder, ready to push to a public repository or a web server:
+
+* ``OUT/html/``: the **class edition** of the book, built with ``COURSE_EDITION=class``
+  (``book/_ext/course_edition.py``), so the "Solution to exercise N" listings are left
+  out of the pages, the search index and the page sources;
+* ``OUT/notebooks/``: the release notebooks of ``notebooks/`` (no solution regions, no
+  hidden test cells);
+* ``OUT/dist/``: the student wheel of
+  :func:`course_lib.grading.edition.build_student_wheel` (exercise targets stubbed,
+  hidden graders and the grading tool left out);
+* ``OUT/README.md``: what each folder is.
+
+Nothing is read from ``solutions/``. The class build reuses the execution cache of the
+open build (``_build/.jupyter_cache``): chapters whose code did not change are not run
+again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .course import CourseError
+
+__all__ = ["PublishError", "PublishResult", "find_course_root", "publish"]
+
+# Written into the class HTML only when a solution dropdown leaked into it.
+_LEAK_MARKERS = ("Solution to exercise", "### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")
+_SKIP_DIRS = {".ipynb_checkpoints", "__pycache__"}
+
+
+class PublishError(CourseError):
+    """``course publish`` cannot go on; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    out: Path
+    html: Path
+    notebooks: list[Path]
+    wheel: Path
+
+
+def find_course_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` holding ``_config.yml`` and
+    ``notebooks/``."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_config.yml").is_file() and (folder / "notebooks").is_dir():
+            return folder
+    raise PublishError(
+        f"no course folder (one with _config.yml and notebooks/) at or above {here}; "
+        "run course publish from the course repository or pass --root"
+    )
+
+
+def _check_out(out: Path, root: Path) -> Path:
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise PublishError(f"{out} exists and is not a folder; name a new or empty one")
+    if out.is_dir() and any(out.iterdir()):
+        raise PublishError(
+            f"{out} is not empty; publish into a new or empty folder so that nothing "
+            "old (or private) is published with it"
+        )
+    inside = out.relative_to(root).parts[:1] if root in out.parents else ()
+    if out == root or out in root.parents or (
+        inside and inside[0] in {"solutions", "notebooks", "book", "course_lib"}
+    ):
+        raise PublishError(
+            f"{out} is (or holds) a folder of the course itself; publish into a folder "
+            "of its own"
+        )
+    return out
+
+
+def _class_config(root: Path, tmp: Path) -> Path:
+    """A copy of ``_config.yml`` for the class build: paths made absolute (the copy
+    lives elsewhere) and the open build's execution cache reused."""
+    import yaml
+
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8")) or {}
+    sphinx = config.setdefault("sphinx", {})
+    local = sphinx.get("local_extensions") or {}
+    sphinx["local_extensions"] = {name: str((root / path).resolve())
+                                  for name, path in local.items()}
+    execute = config.setdefault("execute", {})
+    execute["cache"] = str(root / "_build" / ".jupyter_cache")
+    path = tmp / "_config.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def build_class_html(root: Path, *, log=print) -> Path:
+    """Build the class edition of the book (strict) and return its HTML folder."""
+    build = root / "_build" / "class"
+    shutil.rmtree(build / "_build" / "html", ignore_errors=True)  # no stale pages
+    build.mkdir(parents=True, exist_ok=True)
+    logfile = build / "build.log"
+    jb = Path(sys.executable).with_name("jupyter-book")
+    command = [str(jb) if jb.exists() else "jupyter-book"]
+    with tempfile.TemporaryDirectory(prefix="course-publish-") as tmp:
+        config = _class_config(root, Path(tmp))
+        command += ["build", str(root), "--builder", "html",
+                    "--path-output", str(build), "--config", str(config),
+                    "-W", "-n", "--keep-going"]
+        log("building the class edition of the book (COURSE_EDITION=class) ...")
+        env = {**os.environ, "COURSE_EDITION": "class"}
+        with open(logfile, "w", encoding="utf-8") as fh:
+            try:
+                run = subprocess.run(command, cwd=root, env=env, stdout=fh,
+                                     stderr=subprocess.STDOUT)
+            except FileNotFoundError:
+                raise PublishError(
+                    "jupyter-book is not installed; install the book extra: "
+                    "pip install 'course_lib[book]'"
+                ) from None
+    html = build / "_build" / "html"
+    if run.returncode != 0 or not (html / "index.html").is_file():
+        raise PublishError(
+            f"the class edition of the book did not build; see {logfile}"
+        )
+    return html
+
+
+def _text_files(folder: Path):
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.suffix in {".html", ".js", ".txt", ".md", ".ipynb",
+                                              ".json"}:
+            yield path
+
+
+def _copy_notebooks(root: Path, dest: Path) -> list[Path]:
+    src = root / "notebooks"
+    written = []
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if not path.is_file() or _SKIP_DIRS & set(rel.parts):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        written.append(target)
+    if not any(p.suffix == ".ipynb" for p in written):
+        raise PublishError(
+            f"{src} holds no release notebook; run `course release all` first"
+        )
+    return written
+
+
+def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
+    """Write the student-facing tree of a class into the new or empty folder ``out``."""
+    root = find_course_root(root).resolve() if root is None else Path(root).resolve()
+    if not (root / "_config.yml").is_file():
+        raise PublishError(f"{root} has no _config.yml: it is not the course folder")
+    out = _check_out(out, root)
+
+    html_src = build_class_html(root, log=log)
+    out.mkdir(parents=True, exist_ok=True)
+    html = out / "html"
+    shutil.copytree(html_src, html, ignore=shutil.ignore_patterns(".buildinfo"))
+    notebooks = _copy_notebooks(root, out / "notebooks")
+
+    from .edition import build_student_wheel
+
+    log("building the student wheel ...")
+    wheel = build_student_wheel(out / "dist")
+
+    for path in [*_text_files(html), *_text_files(out / "notebooks")]:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for marker in _LEAK_MARKERS:
+            if marker in text:
+                raise PublishError(
+                    f"{path.relative_to(out)} contains {marker!r}: the published tree "
+                    f"would show an answer; {out} is incomplete, delete it"
+                )
+    (out / "README.md").write_text(
+        "# Student edition\n\n"
+        "Written by `course publish`.\n\n"
+        "- `html/`: the book (class edition: no solution listings); open "
+        "`html/index.html` or serve the folder.\n"
+        "- `notebooks/`: the exercise notebooks; check one with "
+        "`course check notebooks/<name>/<name>.ipynb`.\n"
+        f"- `dist/`: the student package: `pip install dist/{wheel.name}`.\n",
+        encoding="utf-8",
+    )
+    return PublishResult(out=out, html=html, notebooks=notebooks, wheel=wheel)
