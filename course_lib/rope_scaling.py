@@ -7,18 +7,17 @@ training, so positions past :math:`L` give them angles the model has never seen.
 method here changes the frequencies (and some the attention temperature) so that a
 longer context :math:`sL` (``factor`` :math:`s`) maps into familiar angles:
 
-=============  =======================================================================
-``"linear"``   position interpolation (Chen et al. 2023): :math:`\theta_i' = \theta_i/s`
-``"ntk"``      NTK-aware base scaling (bloc97 2023):
-               :math:`b' = b\,s^{d/(d-2)}`, :math:`\theta_i' = b'^{-2i/d}`
-``"dynamic"``  dynamic NTK: ``"ntk"`` with the factor grown with the current length
-               :math:`\ell`: :math:`s(\ell) = s\ell/L - (s-1)` for :math:`\ell > L`
-``"yarn"``     YaRN (Peng et al. 2023): a ramp over wavelengths between extrapolation
-               and interpolation, plus the attention factor :math:`0.1\ln s + 1`
-``"llama3"``   Llama 3.1 (Grattafiori et al. 2024): three wavelength bands
-``"longrope"`` LongRoPE (Ding et al. 2024): searched per-pair factors
-               :math:`\theta_i' = \theta_i / \lambda_i`
-=============  =======================================================================
+- ``"linear"``: position interpolation (Chen et al. 2023),
+  :math:`\theta_i' = \theta_i/s`;
+- ``"ntk"``: NTK-aware base scaling (bloc97 2023), :math:`b' = b\,s^{d/(d-2)}`,
+  :math:`\theta_i' = b'^{-2i/d}`;
+- ``"dynamic"``: dynamic NTK, ``"ntk"`` with the factor grown with the current length
+  :math:`\ell`: :math:`s(\ell) = s\ell/L - (s-1)` for :math:`\ell > L`;
+- ``"yarn"``: YaRN (Peng et al. 2023), a ramp over wavelengths between extrapolation
+  and interpolation, plus the attention factor :math:`0.1\ln s + 1`;
+- ``"llama3"``: Llama 3.1 (Grattafiori et al. 2024), three wavelength bands;
+- ``"longrope"``: LongRoPE (Ding et al. 2024), searched per-pair factors
+  :math:`\theta_i' = \theta_i / f_i`.
 
 The keyword names follow Hugging Face ``rope_parameters`` so a model config can be read
 directly; the parity with ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` is
