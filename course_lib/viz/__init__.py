@@ -13,15 +13,15 @@ stay readable when the browser window is small.
 The figures live in one module per chapter family; import them from here
 (``from course_lib import viz; viz.plot_alibi_bias()``):
 
-- :mod:`course_lib.viz._common`: the shared style and drawing helpers;
-- :mod:`course_lib.viz.absolute`: permutation, sinusoidal table, offset rotation
+- ``course_lib.viz._common``: the shared style and drawing helpers;
+- ``course_lib.viz.absolute``: permutation, sinusoidal table, offset rotation
   (chapters 1-3, errata);
-- :mod:`course_lib.viz.rope`: rotary embedding (chapter 4);
-- :mod:`course_lib.viz.bias`: ALiBi, Shaw/T5 relative positions, DA-Transformer
+- ``course_lib.viz.rope``: rotary embedding (chapter 4);
+- ``course_lib.viz.bias``: ALiBi, Shaw/T5 relative positions, DA-Transformer
   (chapters 5, 6, 8);
-- :mod:`course_lib.viz.transformer_xl`: Transformer-XL (chapter 7);
-- :mod:`course_lib.viz.lab`: the length-extrapolation lab (chapter 10);
-- :mod:`course_lib.viz.long_context`: longer contexts for RoPE (chapter 11).
+- ``course_lib.viz.transformer_xl``: Transformer-XL (chapter 7);
+- ``course_lib.viz.lab``: the length-extrapolation lab (chapter 10);
+- ``course_lib.viz.long_context``: longer contexts for RoPE (chapter 11).
 
 A new family is a new module with its own ``__all__``, registered in ``_FAMILIES``
 below.
