@@ -67,7 +67,7 @@ def test_every_row_has_squared_length_half_d(start: int) -> None:
     """(sin-norm): ||PE_p||^2 = d/2 for every position, also far out."""
     d = 64
     rows = cl.sinusoidal_encoding(start + 200, d)[start:].double()
-    # a float32 sin/cos accurate to 1 ulp (CPU-dependent vector kernels) may give 1 + eps
+    # a float32 sin/cos accurate to 1 ulp (vector kernels vary by CPU) may give 1 + eps
     assert rows.abs().max() <= 1.0 + torch.finfo(torch.float32).eps
     torch.testing.assert_close(
         rows.pow(2).sum(-1), torch.full((200,), d / 2, dtype=torch.float64),

@@ -34,9 +34,10 @@ def test_rescale_equals_formula(w: float, v: float) -> None:
 def test_rescale_monotone_and_bounded(v: float) -> None:
     d = torch.arange(0, 200, dtype=torch.float64)
     up = da_rescale(d, 0.3, v)
-    # Where hat R saturates, neighbours differ by rounding only, and a vectorised exp may
-    # treat the SIMD body and the scalar tail of a row differently: allow 4 ulps of the
-    # value (1 + e^|v| bounds it) against monotonicity; the first 40 steps are far larger.
+    # Where hat R saturates, neighbours differ by rounding only, and a vectorised exp
+    # may treat the SIMD body and the scalar tail of a row differently: allow 4 ulps of
+    # the value (1 + e^|v| bounds it) against monotonicity; the first 40 steps are far
+    # larger.
     ulps4 = 4 * torch.finfo(torch.float64).eps * (1 + math.exp(abs(v)))
     assert (up.diff() >= -ulps4).all() and (up.diff()[:40] > 0).all()  # saturates later
     # The bound 1 + e^v is reached in floating point: hat R is evaluated as
@@ -54,7 +55,7 @@ def test_rescale_monotone_and_bounded(v: float) -> None:
     assert (down.diff() <= ulps4).all() and (down.diff()[:40] < 0).all()
     assert (down > 0).all() and (down <= 1 + 5 * eps).all()  # same ulp budget at R = 0
     flat = da_rescale(d, 0.0, v)
-    # exact by construction: w*R = 0 exactly, so softplus(v) - softplus(v) = 0, exp(0) = 1
+    # exact by construction: w*R = 0 exactly, softplus(v) - softplus(v) = 0, exp(0) = 1
     assert torch.equal(flat, torch.ones_like(flat))
 
 

@@ -11,7 +11,7 @@ unchanged. Here:
 - every graded function must have at least two correct implementations in the zoo, so
   that no grader is only ever tested against the formula it was written with;
 - every one of them, with its floating-point output perturbed by a few ulps (multiplied
-  by ``1 + 4 eps``, ``1 - 4 eps``, or by both in a alternating pattern, ``eps`` of the
+  by ``1 + 4 eps``, ``1 - 4 eps``, or by both in an alternating pattern, ``eps`` of the
   output's own dtype), must still score full marks in the public ``check_*`` and the
   hidden ``grade_*``. Four ulps is what a chain of a few faithfully rounded ops (each
   <= 1 ulp) can move a value on another CPU. Integer and boolean outputs (indices,
@@ -77,13 +77,17 @@ def test_every_graded_function_has_alternative_correct_implementations() -> None
     graded = _graded_names() - {"hand_computation"}
     assert graded, "no graders found"
     missing = sorted(graded - zoo.keys())
-    assert not missing, f"graded functions without a correct zoo implementation: {missing}"
+    assert not missing, (
+        f"graded functions without a correct zoo implementation: {missing}"
+    )
     single = sorted(name for name in graded if len(zoo[name]) < 2)
-    assert not single, f"graded functions with only one correct implementation: {single}"
+    assert not single, (
+        f"graded functions with only one correct implementation: {single}"
+    )
 
 
 def _perturb(value, mode: str):
-    """``value`` with every floating entry moved by ``ULPS`` relative eps of its dtype."""
+    """``value`` with each floating entry moved by ``ULPS`` eps (of its dtype), relative."""
     if isinstance(value, torch.Tensor):
         if not (value.is_floating_point() or value.is_complex()):
             return value  # integer/bool answers are exact by construction
@@ -97,7 +101,9 @@ def _perturb(value, mode: str):
             sign = sign.reshape(value.shape)
         factor = (1 + ULPS * eps * sign).to(value.real.dtype)
         out = value * factor
-        assert not torch.equal(out, value) or not value.any(), "the perturbation is a no-op"
+        assert not torch.equal(out, value) or not value.any(), (
+            "the perturbation is a no-op"
+        )
         return out
     if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
         return _perturb(torch.from_numpy(value), mode).numpy()
@@ -137,7 +143,9 @@ def test_exact_by_construction_answers_are_exactly_0_and_1() -> None:
 
 @pytest.mark.parametrize("mode", ["up", "down", "alternating"])
 @pytest.mark.parametrize("name,fn", PERTURBABLE)
-def test_correct_answer_off_by_a_few_ulps_scores_full_marks(name, fn, mode, capsys) -> None:
+def test_correct_answer_off_by_a_few_ulps_scores_full_marks(
+    name, fn, mode, capsys
+) -> None:
     check, grade = harness.graders(PAIRS, name)
     student = _perturbed(fn, mode)
     check(student)
@@ -148,9 +156,9 @@ def test_correct_answer_off_by_a_few_ulps_scores_full_marks(name, fn, mode, caps
 
 
 def _dots_closed_form() -> tuple[float, float, float]:
-    """PE(p) . PE(q) = sum_i cos((p - q) w_i), w = (1, 10000^(-2/4)), in float64 math."""
+    """PE(p) . PE(q) = sum_i cos((p - q) w_i), w = (1, 10000^(-2/4)), float64 math."""
     return tuple(
-        math.cos(p - q) + math.cos((p - q) * 10000 ** -0.5)
+        math.cos(p - q) + math.cos((p - q) * 10000**-0.5)
         for p, q in ((0, 1), (5, 6), (0, 5))
     )
 
@@ -167,14 +175,22 @@ def _dots_float32_tensors() -> tuple[float, float, float]:
 def _dots_complex() -> tuple[float, float, float]:
     """Re(sum_i e^(i p w_i) conj(e^(i q w_i))) with torch.polar, in complex128."""
     omega = torch.tensor([1.0, 0.01], dtype=torch.float64)
-    z = torch.polar(torch.ones(7, 2, dtype=torch.float64),
-                    torch.arange(7, dtype=torch.float64)[:, None] * omega)  # (7, 2)
-    return tuple(float((z[p] * z[q].conj()).sum().real) for p, q in ((0, 1), (5, 6), (0, 5)))
+    z = torch.polar(
+        torch.ones(7, 2, dtype=torch.float64),
+        torch.arange(7, dtype=torch.float64)[:, None] * omega,
+    )  # (7, 2)
+    return tuple(
+        float((z[p] * z[q].conj()).sum().real) for p, q in ((0, 1), (5, 6), (0, 5))
+    )
 
 
 @pytest.mark.parametrize("ulps", [0, -ULPS, ULPS])
-@pytest.mark.parametrize("compute", [_dots_closed_form, _dots_float32_tensors, _dots_complex])
-def test_hand_computation_by_other_formulas_scores_full_marks(compute, ulps, capsys) -> None:
+@pytest.mark.parametrize(
+    "compute", [_dots_closed_form, _dots_float32_tensors, _dots_complex]
+)
+def test_hand_computation_by_other_formulas_scores_full_marks(
+    compute, ulps, capsys
+) -> None:
     # float32 answers carry about 4 float32 ulps of rounding (two products and two sums
     # of values <= 1, about 5e-7 in all); the grader's 5e-6 leaves 10x room. A further
     # ulps * eps64 relative move simulates another CPU's libm.
