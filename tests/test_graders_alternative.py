@@ -87,7 +87,7 @@ def test_every_graded_function_has_alternative_correct_implementations() -> None
 
 
 def _perturb(value, mode: str):
-    """``value`` with each floating entry moved by ``ULPS`` eps (of its dtype), relative."""
+    """``value``, each floating entry scaled by 1 +- ``ULPS`` eps of its dtype."""
     if isinstance(value, torch.Tensor):
         if not (value.is_floating_point() or value.is_complex()):
             return value  # integer/bool answers are exact by construction
