@@ -332,3 +332,19 @@ def test_ratio_figure_lines_are_the_library_slowdowns():
                               rtol=0, atol=0)
     assert torch.allclose(torch.tensor(lines["linear"].get_ydata()),
                           torch.full((16,), 4.0, dtype=F64))
+
+
+def test_ntk_slowdown_per_pair_is_a_power_of_the_factor():
+    # chapter 11: theta_i / theta_i' = s^(2i/(d-2)); each side carries the pow's
+    # rounding amplified by ln(b') ~ 15, plus two divisions
+    d, s = 64, 4.0
+    inv, _ = rope_scaled_frequencies(d, method="ntk", factor=s, dtype=F64)
+    i = torch.arange(d // 2, dtype=F64)
+    assert _rel(_theta(d) / inv, s ** (2 * i / (d - 2))) <= 40 * EPS
+
+
+def test_wavelength_formula():
+    # chapter 11: lambda_i = 2 pi / theta_i = 2 pi b^(2i/d)
+    d, b = 32, 10000.0
+    i = torch.arange(d // 2, dtype=F64)
+    assert _rel(2 * math.pi / _theta(d, b), 2 * math.pi * b ** (2 * i / d)) <= 8 * EPS
