@@ -531,9 +531,7 @@ class RotaryEmbedding(nn.Module):
         self._scaled(scaling, None)  # validate now: errors name the bad key
         return scaling
 
-    def _scaled(
-        self, scaling: dict, seq_len: int | None
-    ) -> tuple[torch.Tensor, float]:
+    def _scaled(self, scaling: dict, seq_len: int | None) -> tuple[torch.Tensor, float]:
         from .rope_scaling import rope_scaled_frequencies  # rope_scaling imports rope
 
         extra = {} if seq_len is None else {"seq_len": seq_len}
@@ -563,7 +561,10 @@ class RotaryEmbedding(nn.Module):
         return self.cos_cached.shape[0]
 
     def _grow(self, n: int) -> None:
-        if self.scaling is not None and self.scaling["method"] in ("dynamic", "longrope"):
+        if self.scaling is not None and self.scaling["method"] in (
+            "dynamic",
+            "longrope",
+        ):
             # the frequencies depend on the length in use: remake them when it changes
             length = max(n, self.scaling["original_max_position"])
             if length != self._dynamic_len:

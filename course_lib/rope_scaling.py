@@ -96,8 +96,11 @@ def _factor(fn: str, factor: object) -> float:
 
 def _length(fn: str, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        fail(fn, f"{name} must be a positive integer (a number of tokens), "
-             f"got {describe(value)}")
+        fail(
+            fn,
+            f"{name} must be a positive integer (a number of tokens), "
+            f"got {describe(value)}",
+        )
     return int(value)  # type: ignore[arg-type]
 
 
@@ -116,11 +119,15 @@ def ntk_scaled_base(base: float, factor: float, head_dim: int) -> float:
     fn = "ntk_scaled_base"
     head_dim = _check_head_dim(fn, head_dim)
     if head_dim < 4:
-        fail(fn, f"head_dim must be at least 4 (the exponent is d/(d-2)), got {head_dim}")
+        fail(
+            fn, f"head_dim must be at least 4 (the exponent is d/(d-2)), got {head_dim}"
+        )
     return _check_base(fn, base) * _factor(fn, factor) ** (head_dim / (head_dim - 2))
 
 
-def dynamic_ntk_factor(factor: float, seq_len: int, original_max_position: int) -> float:
+def dynamic_ntk_factor(
+    factor: float, seq_len: int, original_max_position: int
+) -> float:
     r"""Effective NTK factor of dynamic NTK at the current length :math:`\ell`.
 
     .. math::
@@ -154,9 +161,9 @@ def yarn_correction_dim(
 
         i(r) = \frac{d \,\ln\!\big(L / (2\pi r)\big)}{2 \ln b}.
     """
-    return (head_dim * math.log(original_max_position / (num_rotations * 2 * math.pi))) / (
-        2 * math.log(base)
-    )
+    return (
+        head_dim * math.log(original_max_position / (num_rotations * 2 * math.pi))
+    ) / (2 * math.log(base))
 
 
 def yarn_correction_range(
@@ -198,7 +205,7 @@ def yarn_ramp(low: float, high: float, n_pairs: int) -> torch.Tensor:
 def yarn_attention_factor(
     factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
 ) -> float:
-    r"""YaRN's attention factor (the square root of the softmax temperature :math:`1/t`).
+    r"""YaRN's attention factor, the square root of the softmax temperature 1/t.
 
     .. math::
 
@@ -238,11 +245,18 @@ def _factor_list(fn: str, name: str, value: object, n_pairs: int) -> torch.Tenso
     if isinstance(value, torch.Tensor):
         value = value.tolist()
     if not isinstance(value, Sequence) or isinstance(value, str):
-        fail(fn, f"{name} must be a list of head_dim // 2 = {n_pairs} numbers, "
-             f"got {describe(value)}", TypeError)
+        fail(
+            fn,
+            f"{name} must be a list of head_dim // 2 = {n_pairs} numbers, "
+            f"got {describe(value)}",
+            TypeError,
+        )
     if len(value) != n_pairs:  # type: ignore[arg-type]
-        fail(fn, f"{name} must have head_dim // 2 = {n_pairs} entries (one per "
-             f"pair), got {len(value)}")  # type: ignore[arg-type]
+        fail(
+            fn,
+            f"{name} must have head_dim // 2 = {n_pairs} entries (one per "
+            f"pair), got {len(value)}",
+        )  # type: ignore[arg-type]
     out = [_real(fn, f"{name}[{k}]", v) for k, v in enumerate(value)]  # type: ignore[union-attr]
     return torch.tensor(out, dtype=torch.float64)  # (n_pairs,)
 
@@ -308,19 +322,29 @@ def rope_scaled_frequencies(
     """
     fn = "rope_scaled_frequencies"
     if method not in _PARAMS:
-        fail(fn, f"method must be one of {', '.join(map(repr, ROPE_SCALING_METHODS))}, "
-             f"got {method!r}")
+        fail(
+            fn,
+            f"method must be one of {', '.join(map(repr, ROPE_SCALING_METHODS))}, "
+            f"got {method!r}",
+        )
     head_dim = _check_head_dim(fn, head_dim)
     base = _check_base(fn, base)
     unknown = sorted(set(method_params) - set(_PARAMS[method]))
     if unknown:
         allowed = ", ".join(_PARAMS[method]) or "none"
-        fail(fn, f"method {method!r} does not take {', '.join(unknown)} "
-             f"(it accepts: {allowed})", TypeError)
+        fail(
+            fn,
+            f"method {method!r} does not take {', '.join(unknown)} "
+            f"(it accepts: {allowed})",
+            TypeError,
+        )
     if method in _NEEDS_ORIGINAL:
         if original_max_position is None:
-            fail(fn, f"method {method!r} needs original_max_position (the length the "
-                 f"model was trained at)")
+            fail(
+                fn,
+                f"method {method!r} needs original_max_position (the length the "
+                f"model was trained at)",
+            )
         original = _length(fn, "original_max_position", original_max_position)
     elif original_max_position is not None:
         original = _length(fn, "original_max_position", original_max_position)
@@ -330,8 +354,11 @@ def rope_scaled_frequencies(
             max_position = _length(fn, "max_position", max_position)
             factor = max_position / original
         else:
-            fail(fn, f"method {method!r} needs a factor"
-                 + (" (or max_position)" if method in ("yarn", "longrope") else ""))
+            fail(
+                fn,
+                f"method {method!r} needs a factor"
+                + (" (or max_position)" if method in ("yarn", "longrope") else ""),
+            )
     if method == "longrope":
         factor = _real(fn, "factor", factor)  # HF allows any positive factor here
     else:
@@ -354,11 +381,18 @@ def rope_scaled_frequencies(
         beta_fast = _real(fn, "beta_fast", method_params.get("beta_fast") or 32.0)
         beta_slow = _real(fn, "beta_slow", method_params.get("beta_slow") or 1.0)
         if beta_fast <= beta_slow:
-            fail(fn, f"beta_fast must be larger than beta_slow (rotations in L of the "
-                 f"fast and the slow end of the ramp), got {beta_fast} <= {beta_slow}")
+            fail(
+                fn,
+                f"beta_fast must be larger than beta_slow (rotations in L of the "
+                f"fast and the slow end of the ramp), got {beta_fast} <= {beta_slow}",
+            )
         truncate = method_params.get("truncate", True)
         if not isinstance(truncate, bool):
-            fail(fn, f"truncate must be True or False, got {describe(truncate)}", TypeError)
+            fail(
+                fn,
+                f"truncate must be True or False, got {describe(truncate)}",
+                TypeError,
+            )
         low, high = yarn_correction_range(
             beta_fast, beta_slow, head_dim, base, original, truncate=truncate
         )
@@ -378,8 +412,11 @@ def rope_scaled_frequencies(
         alpha = _real(fn, "low_freq_factor", method_params.get("low_freq_factor", 1.0))
         beta = _real(fn, "high_freq_factor", method_params.get("high_freq_factor", 4.0))
         if not beta > alpha:
-            fail(fn, f"high_freq_factor must be larger than low_freq_factor, got "
-                 f"high_freq_factor={beta} <= low_freq_factor={alpha}")
+            fail(
+                fn,
+                f"high_freq_factor must be larger than low_freq_factor, got "
+                f"high_freq_factor={beta} <= low_freq_factor={alpha}",
+            )
         wavelength = 2 * math.pi / theta  # (n_pairs,)
         mu = llama3_smooth_factor(wavelength, original, alpha, beta)
         inv = torch.where(
@@ -394,8 +431,11 @@ def rope_scaled_frequencies(
     else:  # longrope
         for key in ("short_factor", "long_factor"):
             if method_params.get(key) is None:
-                fail(fn, f"method 'longrope' needs {key} (a list of head_dim // 2 = "
-                     f"{n_pairs} numbers)")
+                fail(
+                    fn,
+                    f"method 'longrope' needs {key} (a list of head_dim // 2 = "
+                    f"{n_pairs} numbers)",
+                )
         short = _factor_list(fn, "short_factor", method_params["short_factor"], n_pairs)
         long = _factor_list(fn, "long_factor", method_params["long_factor"], n_pairs)
         seq_len = method_params.get("seq_len")
@@ -405,7 +445,8 @@ def rope_scaled_frequencies(
         att = method_params.get("attention_factor")
         if att is None:
             attention = (
-                1.0 if factor <= 1.0
+                1.0
+                if factor <= 1.0
                 else math.sqrt(1 + math.log(factor) / math.log(original))
             )
         else:

@@ -67,11 +67,13 @@ FACTORS = (2.0, 4.0, 8.0, 16.0)
 @pytest.mark.parametrize("base", BASES)
 @pytest.mark.parametrize("factor", FACTORS)
 def test_linear(head_dim, base, factor):
-    cfg = _config(head_dim, 4096, {"rope_type": "linear", "rope_theta": base,
-                                  "factor": factor})
+    cfg = _config(
+        head_dim, 4096, {"rope_type": "linear", "rope_theta": base, "factor": factor}
+    )
     inv_hf, att_hf = _hf("linear", cfg)
-    inv, att = rope_scaled_frequencies(head_dim, base=base, method="linear",
-                                       factor=factor)
+    inv, att = rope_scaled_frequencies(
+        head_dim, base=base, method="linear", factor=factor
+    )
     _assert_close(inv_hf, inv, (math.log(base) + 6) * U)
     assert att == att_hf == 1.0
 
@@ -82,19 +84,28 @@ def test_linear(head_dim, base, factor):
 @pytest.mark.parametrize("seq_len", (100, 2048, 2049, 5000, 40000))
 def test_dynamic_below_and_above_original(head_dim, base, factor, seq_len):
     original = 2048  # for "dynamic", HF reads L from max_position_embeddings
-    cfg = _config(head_dim, original, {"rope_type": "dynamic", "rope_theta": base,
-                                      "factor": factor})
+    cfg = _config(
+        head_dim,
+        original,
+        {"rope_type": "dynamic", "rope_theta": base, "factor": factor},
+    )
     inv_hf, att_hf = _hf("dynamic", cfg, seq_len=seq_len)
-    inv, att = rope_scaled_frequencies(head_dim, base=base, method="dynamic",
-                                       factor=factor, original_max_position=original,
-                                       seq_len=seq_len)
+    inv, att = rope_scaled_frequencies(
+        head_dim,
+        base=base,
+        method="dynamic",
+        factor=factor,
+        original_max_position=original,
+        seq_len=seq_len,
+    )
     s = factor * max(seq_len, original) / original - (factor - 1)
     base_eff = base * s ** (head_dim / (head_dim - 2))
     _assert_close(inv_hf, inv, (math.log(base_eff) + 6) * U)
     assert att == att_hf == 1.0
     if seq_len <= original:  # inside the training length nothing changes
-        plain, _ = rope_scaled_frequencies(head_dim, base=base, method="linear",
-                                           factor=1.0)
+        plain, _ = rope_scaled_frequencies(
+            head_dim, base=base, method="linear", factor=1.0
+        )
         _assert_close(plain, inv, 0.0)
 
 
@@ -113,23 +124,42 @@ YARN_EXTRAS = (
 @pytest.mark.parametrize("extra", YARN_EXTRAS, ids=lambda e: ",".join(e) or "defaults")
 def test_yarn(head_dim, base, factor, extra):
     original = 4096
-    params = {"rope_type": "yarn", "rope_theta": base, "factor": factor,
-              "original_max_position_embeddings": original, **extra}
+    params = {
+        "rope_type": "yarn",
+        "rope_theta": base,
+        "factor": factor,
+        "original_max_position_embeddings": original,
+        **extra,
+    }
     cfg = _config(head_dim, int(original * factor), params)
     inv_hf, att_hf = _hf("yarn", cfg)
-    inv, att = rope_scaled_frequencies(head_dim, base=base, method="yarn",
-                                       factor=factor, original_max_position=original,
-                                       **extra)
+    inv, att = rope_scaled_frequencies(
+        head_dim,
+        base=base,
+        method="yarn",
+        factor=factor,
+        original_max_position=original,
+        **extra,
+    )
     _assert_close(inv_hf, inv, (math.log(base) + 6 + factor + 3) * U)
     assert math.isclose(att, att_hf, rel_tol=1e-14)
 
 
 def test_yarn_factor_from_max_position():
-    cfg = _config(64, 32768, {"rope_type": "yarn", "rope_theta": 10000.0,
-                              "factor": None, "original_max_position_embeddings": 4096})
+    cfg = _config(
+        64,
+        32768,
+        {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": None,
+            "original_max_position_embeddings": 4096,
+        },
+    )
     inv_hf, att_hf = _hf("yarn", cfg)
-    inv, att = rope_scaled_frequencies(64, method="yarn", factor=None,
-                                       original_max_position=4096, max_position=32768)
+    inv, att = rope_scaled_frequencies(
+        64, method="yarn", factor=None, original_max_position=4096, max_position=32768
+    )
     _assert_close(inv_hf, inv, (math.log(10000.0) + 6 + 8 + 3) * U)
     assert math.isclose(att, att_hf, rel_tol=1e-14)
 
@@ -141,14 +171,28 @@ def test_yarn_factor_from_max_position():
 @pytest.mark.parametrize("original", (2048, 8192))
 def test_llama3(head_dim, base, factor, bands, original):
     low, high = bands
-    cfg = _config(head_dim, int(original * factor), {
-        "rope_type": "llama3", "rope_theta": base, "factor": factor,
-        "low_freq_factor": low, "high_freq_factor": high,
-        "original_max_position_embeddings": original})
+    cfg = _config(
+        head_dim,
+        int(original * factor),
+        {
+            "rope_type": "llama3",
+            "rope_theta": base,
+            "factor": factor,
+            "low_freq_factor": low,
+            "high_freq_factor": high,
+            "original_max_position_embeddings": original,
+        },
+    )
     inv_hf, att_hf = _hf("llama3", cfg)
-    inv, att = rope_scaled_frequencies(head_dim, base=base, method="llama3",
-                                       factor=factor, original_max_position=original,
-                                       low_freq_factor=low, high_freq_factor=high)
+    inv, att = rope_scaled_frequencies(
+        head_dim,
+        base=base,
+        method="llama3",
+        factor=factor,
+        original_max_position=original,
+        low_freq_factor=low,
+        high_freq_factor=high,
+    )
     # The band formula is continuous in the wavelength (mu = 0 and mu = 1 at the band
     # edges), so a band decision that flips on a last-bit difference changes nothing
     # beyond the blend's own rounding (3u, as for YaRN, with mu's error times s).
@@ -163,10 +207,19 @@ def test_llama3(head_dim, base, factor, bands, original):
 def test_longrope(head_dim, base, seq_len, given):
     original, max_position = 4096, 131072
     gen = torch.Generator().manual_seed(head_dim + int(base))
-    short = (1.0 + torch.rand(head_dim // 2, generator=gen, dtype=torch.float64)).tolist()
-    long = (1.0 + 40 * torch.rand(head_dim // 2, generator=gen, dtype=torch.float64)).tolist()
-    params = {"rope_type": "longrope", "rope_theta": base, "short_factor": short,
-              "long_factor": long, "original_max_position_embeddings": original}
+    short = (
+        1.0 + torch.rand(head_dim // 2, generator=gen, dtype=torch.float64)
+    ).tolist()
+    long = (
+        1.0 + 40 * torch.rand(head_dim // 2, generator=gen, dtype=torch.float64)
+    ).tolist()
+    params = {
+        "rope_type": "longrope",
+        "rope_theta": base,
+        "short_factor": short,
+        "long_factor": long,
+        "original_max_position_embeddings": original,
+    }
     kwargs = {}
     if given == "factor":
         params["factor"] = kwargs["factor"] = 16.0
@@ -180,9 +233,15 @@ def test_longrope(head_dim, base, seq_len, given):
     inv_hf, att_hf = _hf("longrope", cfg, seq_len=seq_len)
     if seq_len is not None:
         kwargs["seq_len"] = seq_len
-    inv, att = rope_scaled_frequencies(head_dim, base=base, method="longrope",
-                                       original_max_position=original,
-                                       short_factor=short, long_factor=long, **kwargs)
+    inv, att = rope_scaled_frequencies(
+        head_dim,
+        base=base,
+        method="longrope",
+        original_max_position=original,
+        short_factor=short,
+        long_factor=long,
+        **kwargs,
+    )
     # float32 factor lists (u) and one more product (u) on top of the base formula
     _assert_close(inv_hf, inv, (math.log(base) + 8) * U)
     assert math.isclose(att, att_hf, rel_tol=1e-14)

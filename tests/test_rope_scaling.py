@@ -36,7 +36,14 @@ def _rel(a, b):
 
 
 def test_methods_listed():
-    assert ROPE_SCALING_METHODS == ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+    assert ROPE_SCALING_METHODS == (
+        "linear",
+        "ntk",
+        "dynamic",
+        "yarn",
+        "llama3",
+        "longrope",
+    )
 
 
 @pytest.mark.parametrize("d", (8, 64))
@@ -62,8 +69,9 @@ def test_linear_rotation_equals_interpolated_position():
 @pytest.mark.parametrize("method", ["linear", "ntk", "dynamic", "yarn", "llama3"])
 @pytest.mark.parametrize("d", (4, 32, 128))
 def test_factor_one_is_identity(method, d):
-    inv, att = rope_scaled_frequencies(d, method=method, factor=1.0,
-                                       original_max_position=2048, dtype=F64)
+    inv, att = rope_scaled_frequencies(
+        d, method=method, factor=1.0, original_max_position=2048, dtype=F64
+    )
     # yarn: theta * (1 - g) + theta * g differs from theta by 2 roundings
     assert _rel(inv, _theta(d)) <= 2 * EPS
     assert att == 1.0
@@ -73,8 +81,9 @@ def test_factor_one_is_identity(method, d):
 @pytest.mark.parametrize("s", (2.0, 4.0, 32.0))
 def test_ntk_base_formula(d, s):
     base = 10000.0
-    assert math.isclose(ntk_scaled_base(base, s, d), base * s ** (d / (d - 2)),
-                        rel_tol=0)
+    assert math.isclose(
+        ntk_scaled_base(base, s, d), base * s ** (d / (d - 2)), rel_tol=0
+    )
     inv, _ = rope_scaled_frequencies(d, base=base, method="ntk", factor=s, dtype=F64)
     theta = _theta(d)
     # pair 0 untouched, the last pair slowed by exactly s (the defining property)
@@ -94,10 +103,12 @@ def test_dynamic_factor_formula():
     # linear in the length past L with slope s / L
     assert math.isclose(dynamic_ntk_factor(4.0, 4096, 2048), 4.0 * 2 - 3.0, rel_tol=0)
     d, s, L, n = 32, 4.0, 2048, 6000
-    inv, _ = rope_scaled_frequencies(d, method="dynamic", factor=s,
-                                     original_max_position=L, seq_len=n, dtype=F64)
-    ntk, _ = rope_scaled_frequencies(d, method="ntk", factor=s * n / L - (s - 1),
-                                     dtype=F64)
+    inv, _ = rope_scaled_frequencies(
+        d, method="dynamic", factor=s, original_max_position=L, seq_len=n, dtype=F64
+    )
+    ntk, _ = rope_scaled_frequencies(
+        d, method="ntk", factor=s * n / L - (s - 1), dtype=F64
+    )
     assert torch.equal(inv, ntk)
 
 
@@ -106,8 +117,9 @@ def test_dynamic_factor_formula():
 @pytest.mark.parametrize("s", (4.0, 16.0))
 def test_yarn_keeps_fast_pairs_and_interpolates_slow_ones(d, base, s):
     L = 4096
-    inv, _ = rope_scaled_frequencies(d, base=base, method="yarn", factor=s,
-                                     original_max_position=L, dtype=F64)
+    inv, _ = rope_scaled_frequencies(
+        d, base=base, method="yarn", factor=s, original_max_position=L, dtype=F64
+    )
     theta = _theta(d, base)
     turns = L * theta / (2 * math.pi)  # full rotations of pair i within L
     fast = turns > 32 * 1.5 * 2  # well past beta_fast after the floor of the index
@@ -130,21 +142,33 @@ def test_yarn_correction_dim_inverts_turn_count():
 
 def test_yarn_attention_factor():
     assert yarn_attention_factor(1.0) == 1.0
-    assert math.isclose(yarn_attention_factor(16.0), 0.1 * math.log(16.0) + 1, rel_tol=0)
+    assert math.isclose(
+        yarn_attention_factor(16.0), 0.1 * math.log(16.0) + 1, rel_tol=0
+    )
     assert math.isclose(
         yarn_attention_factor(16.0, 1.0, 0.5),
-        (0.1 * math.log(16.0) + 1) / (0.05 * math.log(16.0) + 1), rel_tol=2 * EPS)
-    _, att = rope_scaled_frequencies(64, method="yarn", factor=8.0,
-                                     original_max_position=2048)
+        (0.1 * math.log(16.0) + 1) / (0.05 * math.log(16.0) + 1),
+        rel_tol=2 * EPS,
+    )
+    _, att = rope_scaled_frequencies(
+        64, method="yarn", factor=8.0, original_max_position=2048
+    )
     assert att == yarn_attention_factor(8.0)
 
 
 @pytest.mark.parametrize("s", (8.0, 2.0))
 def test_llama3_bands(s):
     d, base, L, lo, hi = 128, 500000.0, 8192, 1.0, 4.0
-    inv, att = rope_scaled_frequencies(d, base=base, method="llama3", factor=s,
-                                       original_max_position=L, dtype=F64,
-                                       low_freq_factor=lo, high_freq_factor=hi)
+    inv, att = rope_scaled_frequencies(
+        d,
+        base=base,
+        method="llama3",
+        factor=s,
+        original_max_position=L,
+        dtype=F64,
+        low_freq_factor=lo,
+        high_freq_factor=hi,
+    )
     theta = _theta(d, base)
     wl = 2 * math.pi / theta
     high, low = wl < L / hi, wl > L / lo
@@ -155,15 +179,23 @@ def test_llama3_bands(s):
     ratio = theta[medium] / inv[medium]  # strictly between the two bands' ratios
     assert torch.all(ratio > 1) and torch.all(ratio < s)
     mu = (L / wl[medium] - lo) / (hi - lo)
-    assert _rel(inv[medium], (1 - mu) * theta[medium] / s + mu * theta[medium]) <= 4 * EPS
+    assert (
+        _rel(inv[medium], (1 - mu) * theta[medium] / s + mu * theta[medium]) <= 4 * EPS
+    )
     assert att == 1.0
 
 
 def test_longrope_selects_factor_lists():
     d, L = 8, 4096
     short, long = [1.0, 1.5, 2.0, 3.0], [1.0, 4.0, 16.0, 64.0]
-    kw = dict(method="longrope", factor=32.0, original_max_position=L,
-              short_factor=short, long_factor=long, dtype=F64)
+    kw = dict(
+        method="longrope",
+        factor=32.0,
+        original_max_position=L,
+        short_factor=short,
+        long_factor=long,
+        dtype=F64,
+    )
     inv_s, att = rope_scaled_frequencies(d, seq_len=L, **kw)
     inv_l, _ = rope_scaled_frequencies(d, seq_len=L + 1, **kw)
     theta = _theta(d)
@@ -178,14 +210,16 @@ def test_scaled_angles_stay_inside_trained_range():
     d, L, s = 64, 1024, 8.0
     theta = _theta(d)
     for method in ("linear", "yarn", "llama3"):
-        inv, _ = rope_scaled_frequencies(d, method=method, factor=s,
-                                         original_max_position=L, dtype=F64)
+        inv, _ = rope_scaled_frequencies(
+            d, method=method, factor=s, original_max_position=L, dtype=F64
+        )
         assert s * L * inv[-1] <= L * theta[-1] * (1 + 4 * EPS)
 
 
 def test_scaled_frequencies_feed_apply_rope_shape():
-    inv, _ = rope_scaled_frequencies(8, method="yarn", factor=4.0,
-                                     original_max_position=64)
+    inv, _ = rope_scaled_frequencies(
+        8, method="yarn", factor=4.0, original_max_position=64
+    )
     assert inv.shape == (4,) and inv.dtype == torch.float32
     x = torch.randn(1, 1, 3, 8)
     assert apply_rope(x).shape == x.shape
@@ -201,20 +235,59 @@ def test_scaled_frequencies_feed_apply_rope_shape():
         (dict(method="linear", factor="2"), TypeError, "real number"),
         (dict(method="linear", factor=None), ValueError, "needs a factor"),
         (dict(method="linear", factor=2.0, beta_fast=32), TypeError, "does not take"),
-        (dict(method="yarn", factor=2.0, original_max_position=0), ValueError,
-         "positive integer"),
-        (dict(method="yarn", factor=2.0, original_max_position=64, beta_fast=1,
-              beta_slow=2), ValueError, "beta_fast must be larger"),
-        (dict(method="llama3", factor=2.0, original_max_position=64,
-              low_freq_factor=4.0, high_freq_factor=1.0), ValueError,
-         "high_freq_factor must be larger"),
-        (dict(method="longrope", factor=2.0, original_max_position=64,
-              short_factor=[1.0] * 4), ValueError, "needs long_factor"),
-        (dict(method="longrope", factor=2.0, original_max_position=64,
-              short_factor=[1.0] * 3, long_factor=[1.0] * 4), ValueError,
-         "4 entries"),
-        (dict(method="dynamic", factor=2.0, original_max_position=64, seq_len=1.5),
-         ValueError, "seq_len must be a positive integer"),
+        (
+            dict(method="yarn", factor=2.0, original_max_position=0),
+            ValueError,
+            "positive integer",
+        ),
+        (
+            dict(
+                method="yarn",
+                factor=2.0,
+                original_max_position=64,
+                beta_fast=1,
+                beta_slow=2,
+            ),
+            ValueError,
+            "beta_fast must be larger",
+        ),
+        (
+            dict(
+                method="llama3",
+                factor=2.0,
+                original_max_position=64,
+                low_freq_factor=4.0,
+                high_freq_factor=1.0,
+            ),
+            ValueError,
+            "high_freq_factor must be larger",
+        ),
+        (
+            dict(
+                method="longrope",
+                factor=2.0,
+                original_max_position=64,
+                short_factor=[1.0] * 4,
+            ),
+            ValueError,
+            "needs long_factor",
+        ),
+        (
+            dict(
+                method="longrope",
+                factor=2.0,
+                original_max_position=64,
+                short_factor=[1.0] * 3,
+                long_factor=[1.0] * 4,
+            ),
+            ValueError,
+            "4 entries",
+        ),
+        (
+            dict(method="dynamic", factor=2.0, original_max_position=64, seq_len=1.5),
+            ValueError,
+            "seq_len must be a positive integer",
+        ),
     ],
 )
 def test_bad_input_messages(kwargs, exc, words):
@@ -248,8 +321,9 @@ def _x(seq, d=8, seed=0):
 def test_rotary_linear_scaling_is_interpolated_positions(convention):
     # position 2m with factor 2 is position m without scaling (angles equal up to
     # 4 roundings; cos/sin of the same float64 angle)
-    rope = RotaryEmbedding(8, convention=convention,
-                           scaling={"method": "linear", "factor": 2.0})
+    rope = RotaryEmbedding(
+        8, convention=convention, scaling={"method": "linear", "factor": 2.0}
+    )
     x = _x(20)
     even = torch.arange(0, 40, 2)
     got = rope(x, even)
@@ -276,14 +350,22 @@ def test_rotary_yarn_applies_frequencies_and_attention_factor():
 
 def test_rotary_dynamic_recomputes_past_original_length():
     L = 32
-    rope = RotaryEmbedding(8, max_seq_len=16,
-                           scaling={"method": "dynamic", "factor": 2.0,
-                                    "original_max_position": L})
+    rope = RotaryEmbedding(
+        8,
+        max_seq_len=16,
+        scaling={"method": "dynamic", "factor": 2.0, "original_max_position": L},
+    )
     short = _x(L)
     assert torch.allclose(rope(short), apply_rope(short), rtol=0, atol=64 * EPS)
     long = _x(3 * L)
-    inv, _ = rope_scaled_frequencies(8, method="dynamic", factor=2.0,
-                                     original_max_position=L, seq_len=3 * L, dtype=F64)
+    inv, _ = rope_scaled_frequencies(
+        8,
+        method="dynamic",
+        factor=2.0,
+        original_max_position=L,
+        seq_len=3 * L,
+        dtype=F64,
+    )
     z = torch.view_as_complex(long.unflatten(-1, (-1, 2)).contiguous())
     m = torch.arange(3 * L, dtype=F64)[:, None]
     want = torch.view_as_real(z * _unit(m * inv)).flatten(-2)
@@ -326,12 +408,15 @@ def test_ratio_figure_lines_are_the_library_slowdowns():
     lines = {ln.get_label(): ln for ln in fig.axes[0].lines}
     theta = _theta(32)
     for method in ("linear", "ntk", "yarn", "llama3"):
-        inv, _ = rope_scaled_frequencies(32, method=method, factor=4.0,
-                                         original_max_position=512, dtype=F64)
-        assert torch.allclose(torch.tensor(lines[method].get_ydata()), theta / inv,
-                              rtol=0, atol=0)
-    assert torch.allclose(torch.tensor(lines["linear"].get_ydata()),
-                          torch.full((16,), 4.0, dtype=F64))
+        inv, _ = rope_scaled_frequencies(
+            32, method=method, factor=4.0, original_max_position=512, dtype=F64
+        )
+        assert torch.allclose(
+            torch.tensor(lines[method].get_ydata()), theta / inv, rtol=0, atol=0
+        )
+    assert torch.allclose(
+        torch.tensor(lines["linear"].get_ydata()), torch.full((16,), 4.0, dtype=F64)
+    )
 
 
 def test_ntk_slowdown_per_pair_is_a_power_of_the_factor():

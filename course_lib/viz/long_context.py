@@ -52,10 +52,24 @@ def plot_rope_wavelengths_vs_training(
     fig = _figure(6.5, 3.0)
     ax = fig.subplots()
     seen = wavelength <= train_len
-    ax.semilogy(i[seen], wavelength[seen], "o", ms=3, label="full turn seen in training")
-    ax.semilogy(i[~seen], wavelength[~seen], "o", ms=3, color="C3",
-                label="never a full turn in training")
-    ax.axhline(train_len, color="black", lw=1, ls="--", label=f"training length L = {train_len}")
+    ax.semilogy(
+        i[seen], wavelength[seen], "o", ms=3, label="full turn seen in training"
+    )
+    ax.semilogy(
+        i[~seen],
+        wavelength[~seen],
+        "o",
+        ms=3,
+        color="C3",
+        label="never a full turn in training",
+    )
+    ax.axhline(
+        train_len,
+        color="black",
+        lw=1,
+        ls="--",
+        label=f"training length L = {train_len}",
+    )
     ax.set_xlabel("pair index $i$")
     ax.set_ylabel(r"wavelength $2\pi/\theta_i$ (tokens)")
     ax.set_title(f"RoPE wavelengths, d = {head_dim}, base {base:g}")
@@ -65,7 +79,11 @@ def plot_rope_wavelengths_vs_training(
 
 @_styled
 def plot_rope_score_drift(
-    head_dim: int = 64, train_len: int = 512, *, base: float = 10000.0, factor: float = 4.0
+    head_dim: int = 64,
+    train_len: int = 512,
+    *,
+    base: float = 10000.0,
+    factor: float = 4.0,
 ) -> Figure:
     r"""The score :math:`\langle R_0 q, R_r q\rangle / d` of an all-ones query against
     the distance :math:`r`, up to ``factor`` times the training length.
@@ -85,9 +103,13 @@ def plot_rope_score_drift(
     r = torch.arange(int(factor * train_len) + 1, dtype=torch.float64)
     fig = _figure(6.5, 3.0)
     ax = fig.subplots()
-    for label, scale in (("plain RoPE", 1.0), (f"position interpolation, s = {factor:g}", factor)):
-        inv, _ = rope_scaled_frequencies(head_dim, base=base, method="linear",
-                                         factor=scale, dtype=torch.float64)
+    for label, scale in (
+        ("plain RoPE", 1.0),
+        (f"position interpolation, s = {factor:g}", factor),
+    ):
+        inv, _ = rope_scaled_frequencies(
+            head_dim, base=base, method="linear", factor=scale, dtype=torch.float64
+        )
         score = torch.cos(r[:, None] * inv).mean(-1)  # (R,): (2/d) sum_i cos(r theta_i)
         ax.plot(r.numpy(), score.numpy(), lw=1.0, label=label)
     ax.axvline(train_len, color="black", lw=1, ls="--")
@@ -126,8 +148,14 @@ def plot_scaled_frequency_ratios(
     ax = fig.subplots()
     for method, extra in _METHODS:
         inv, _ = rope_scaled_frequencies(
-            head_dim, base=base, method=method, factor=factor,
-            original_max_position=train_len, dtype=torch.float64, **extra)
+            head_dim,
+            base=base,
+            method=method,
+            factor=factor,
+            original_max_position=train_len,
+            dtype=torch.float64,
+            **extra,
+        )
         ax.semilogx(wavelength, (theta / inv).numpy(), lw=1.3, label=method)
     ax.axvline(train_len, color="black", lw=1, ls="--", label="L")
     ax.set_xlabel(r"wavelength $\lambda_i$ (tokens)")
