@@ -19,6 +19,7 @@ from __future__ import annotations
 import html as html_lib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -192,7 +193,13 @@ def test_search_finds_a_leaked_solution(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def published(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> Path:
+    # course publish reuses the open build's execution cache (_build/.jupyter_cache,
+    # what `make book` leaves); after a fresh clone, hand it the cache of the test
+    # build so that no chapter is executed twice.
+    cache = ROOT / "_build" / ".jupyter_cache"
+    if not cache.is_dir() and (built_book.parent / ".jupyter_cache").is_dir():
+        shutil.copytree(built_book.parent / ".jupyter_cache", cache)
     out = tmp_path_factory.mktemp("publish") / "class"
     proc = subprocess.run(
         [sys.executable, "-m", "course_lib.cli", "publish", str(out),

@@ -22,6 +22,7 @@ again.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,8 +34,14 @@ from .course import CourseError
 
 __all__ = ["PublishError", "PublishResult", "find_course_root", "publish"]
 
-# Written into the class HTML only when a solution dropdown leaked into it.
-_LEAK_MARKERS = ("Solution to exercise", "### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")
+# Signs of an answer in a published file: a solution dropdown that reached the HTML or
+# an open-edition-only block left in a page source; in a notebook, nbgrader's solution
+# or hidden-test regions (the book's prose may name those markers).
+_BOOK_LEAKS = re.compile(
+    r"<summary[^>]*>(?:\s*<[^>]+>)*\s*Solution to exercise"
+    r"|^:{3,}\{only\}\s+not\s+class_edition", re.MULTILINE
+)
+_NOTEBOOK_LEAKS = re.compile(r"### BEGIN SOLUTION|### BEGIN HIDDEN TESTS")
 _SKIP_DIRS = {".ipynb_checkpoints", "__pycache__"}
 
 
@@ -165,7 +172,21 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
     out = _check_out(out, root)
 
     html_src = build_class_html(root, log=log)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(out, root, html_src, log)
+    except BaseException:
+        # OUT was new or empty: leave nothing half-published behind
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for child in out.iterdir():
+                (shutil.rmtree if child.is_dir() else Path.unlink)(child)
+        raise
+
+
+def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
     html = out / "html"
     shutil.copytree(html_src, html, ignore=shutil.ignore_patterns(".buildinfo"))
     notebooks = _copy_notebooks(root, out / "notebooks")
@@ -175,14 +196,16 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
     log("building the student wheel ...")
     wheel = build_student_wheel(out / "dist")
 
-    for path in [*_text_files(html), *_text_files(out / "notebooks")]:
+    checks = [(p, _BOOK_LEAKS) for p in _text_files(html)]
+    checks += [(p, _NOTEBOOK_LEAKS) for p in _text_files(out / "notebooks")]
+    for path, leaks in checks:
         text = path.read_text(encoding="utf-8", errors="replace")
-        for marker in _LEAK_MARKERS:
-            if marker in text:
-                raise PublishError(
-                    f"{path.relative_to(out)} contains {marker!r}: the published tree "
-                    f"would show an answer; {out} is incomplete, delete it"
-                )
+        leak = leaks.search(text)
+        if leak:
+            raise PublishError(
+                f"{path.relative_to(out)} contains {leak.group(0)!r}: the published "
+                "tree would show an answer, so nothing was published"
+            )
     (out / "README.md").write_text(
         "# Student edition\n\n"
         "Written by `course publish`.\n\n"
