@@ -204,6 +204,11 @@ def test_honest_students_get_exactly_their_grades(graded):
         "tamper_torch",
         "tamper_trap",
         "tamper_ipython",
+        "reference_import",
+        "reference_computed_name",
+        "reference_clone_code",
+        "reference_exec_source",
+        "reference_site_packages",
         "big_output",
     ],
 )
@@ -222,8 +227,11 @@ def test_each_attack_gets_its_score_and_reason(graded, student):
     assert row.status == "graded", row
     failed = [c for c in CELLS if c not in case.cells]
     assert sorted(row.failures) == sorted(failed), row.failures
+    phrases = (case.message,) if isinstance(case.message, str) else case.message
     for cell in failed:
-        assert case.message in row.failures[cell], (cell, row.failures[cell])
+        assert any(p in row.failures[cell] for p in phrases), (
+            cell, row.failures[cell]
+        )
 
 
 def test_no_file_was_read_or_written(graded):

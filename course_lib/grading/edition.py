@@ -55,6 +55,8 @@ STUDENT_GRADING_MODULES = (
     "kernel.py",
     "repair.py",
 )
+# What a sandboxed grading kernel runs from grading/ besides those.
+GRADING_KERNEL_MODULES = ("_sandbox_exec.py",)
 _DATA_FILES = ("checks/public_expected.pt", "py.typed")
 _EXERCISE = re.compile(r"ex(\d+)_")
 
@@ -474,3 +476,204 @@ def build_student_wheel(dest_dir: Path) -> Path:
     if not built:
         raise RuntimeError(f"pip reported success but left no wheel in {dest_dir}")
     return built[-1]
+
+
+# --- the grading edition: what a sandboxed grading kernel sees ----------------------
+
+# The reference each hidden grader is planned with, where its name does not say it:
+# ``grader -> name of a function of its checks module`` (or ``"module:name"``;
+# ``None``: the grader calls no student function, only judges the values it is
+# given). Any other ``grade_<name>`` is planned with its module's ``_ref_<name>``.
+PLAN_REFERENCES: dict[str, str | None] = {
+    "grade_fixed_position_ids": "_ref_ids",
+    # ex09's grader runs ex07's cases
+    "grade_fixed_rel_attention_scores": (
+        "course_lib.checks.ex07_transformer_xl:_ref_scores"
+    ),
+    "grade_da_attention": "_ref_attention",
+    "grade_relative_position_index": "_ref_index",
+    "grade_t5_relative_position_bucket": "_ref_bucket",
+    "grade_rel_attention_scores": "_ref_scores",
+    "grade_rel_shift": "_ref_shift",
+    "grade_fixed_alibi_slopes": "_ref_slopes",
+    "grade_fixed_apply_rope": "_ref_rope",
+    "grade_fixed_sinusoidal_encoding": "_ref_sinusoidal",
+    "grade_da_rescale": "_ref_rescale",
+    "grade_log_distance_bias": "_reference_bias",
+    "grade_retained_skill": "_reference_retained",
+    "grade_hand_computation": None,
+}
+
+
+class _DirectCall(BaseException):
+    """A hidden grader used the student's function other than through
+    ``call_student``: its calls cannot be planned. A ``BaseException``, so that a
+    grader's ``except Exception`` lets it through."""
+
+
+class _StandIn:
+    """The student's function while planning: only ``call_student`` may call it."""
+
+    def __init__(self, reference) -> None:
+        self.reference = reference
+        self.__name__ = self.__qualname__ = getattr(reference, "__name__", "fn")
+
+    def __call__(self, *args, **kwargs):
+        raise _DirectCall(self.__name__)
+
+
+class _Planner:
+    """A ``_record`` session that notes every ``call_student`` of a hidden grader
+    (which argument, the call's text, its inputs) and answers with the reference."""
+
+    def __init__(self, arguments: tuple) -> None:
+        self.arguments = arguments
+        self.plan: list[tuple[int, str, tuple, dict]] = []
+
+    def call(self, impl, fn, args, kwargs, call):
+        import copy
+
+        from course_lib.checks._errors import CheckFailed
+
+        position = next(
+            (i for i, a in enumerate(self.arguments) if a is fn), None
+        )
+        if position is None or not isinstance(fn, _StandIn):
+            raise _DirectCall(call)
+        self.plan.append((position, call, copy.deepcopy(args), copy.deepcopy(kwargs)))
+        try:
+            return fn.reference(*args, **kwargs), []
+        except Exception as exc:  # noqa: BLE001 - reported like call_student does
+            raise CheckFailed(f"{call} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _plan_reference(module, grader: str):
+    """The function of ``module`` (a checks module) that ``grader`` is planned with."""
+    if grader in PLAN_REFERENCES:
+        name = PLAN_REFERENCES[grader]
+        if name is None:
+            return None
+        if ":" in name:
+            import importlib
+
+            where, name = name.split(":")
+            module = importlib.import_module(where)
+        return getattr(module, name)
+    target = grader.removeprefix("grade_")
+    return getattr(module, f"_ref_{target}")
+
+
+def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
+    """``({dtype: {grader: planned calls}}, checks modules that cannot be planned)``:
+    every hidden grader run in this process on its reference under a recording
+    session, for the float32 and the float64 default dtype. A grader that uses the
+    student's function directly (ex10's training run) makes its module unplannable:
+    its assignment keeps the full library in the grading kernel."""
+    import contextlib
+    import inspect
+    import io
+
+    import torch
+
+    from course_lib.checks import _record
+    from course_lib.checks._errors import CheckFailed
+    from course_lib.grading.integrity import pristine_graders
+
+    graders = {
+        (module, name): fn
+        for name, modules in pristine_graders().items()
+        if name.startswith("grade_")
+        for module, fn in modules.items()
+    }
+    plans: dict[str, dict[str, list]] = {}
+    unplannable: set[str] = set()
+    previous_dtype, previous_session = torch.get_default_dtype(), _record._session
+    try:
+        for dtype in (torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            key = str(dtype).removeprefix("torch.")
+            plans[key] = {}
+            for (module_name, name), grader in sorted(graders.items()):
+                module = sys.modules[module_name]
+                reference = _plan_reference(module, name)
+                if reference is None:
+                    plans[key][name] = []
+                    continue
+                params = list(inspect.signature(grader).parameters)
+                arguments = (_StandIn(reference),) + (None,) * (len(params) - 1)
+                planner = _Planner(arguments)
+                _record._session = planner
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        grader(*arguments)
+                except _DirectCall:
+                    unplannable.add(module_name)
+                    continue
+                except CheckFailed as exc:
+                    if dtype == torch.float32:
+                        raise RuntimeError(
+                            f"cannot plan {name}: it fails on its reference ({exc})"
+                        ) from exc
+                    # the reference itself fails this grader under a float64
+                    # default: the kernel uses the float32 plan
+                    continue
+                finally:
+                    _record._session = previous_session
+                plans[key][name] = planner.plan
+    finally:
+        torch.set_default_dtype(previous_dtype)
+        _record._session = previous_session
+    for key in plans:
+        for module_name in unplannable:
+            for (m, name) in graders:
+                if m == module_name:
+                    plans[key].pop(name, None)
+    return plans, unplannable
+
+
+def _deferred_stubs(source: str, planned: set[str]) -> str:
+    """The student edition's hidden-grader stubs of a checks module become
+    :func:`course_lib.checks._record.deferred_grade` calls (those in ``planned``)."""
+    tree = ast.parse(source)
+    edits = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in planned:
+            first, last, indent = _body_span(node)
+            params = [a.arg for a in node.args.args]
+            edits.append((first, last, (
+                f"{indent}from ._record import deferred_grade\n"
+                f"{indent}deferred_grade({node.name!r}, "
+                f"({''.join(p + ', ' for p in params)}))\n"
+            )))
+    return _replace_lines(source, edits)
+
+
+def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, set[str]]:
+    """Write the *grading edition* of ``package`` to ``dest/course_lib`` and return
+    that folder and the assignments it cannot serve.
+
+    It is the student edition (no reference of an exercise target, public checks on
+    stored values) whose hidden graders make the calls their pristine versions make,
+    on inputs planned here (:func:`plan_hidden_graders`, stored in
+    ``checks/_plans.pt``: inputs only), and leave the verdict to the grading tool's
+    replay (:func:`course_lib.checks._record.deferred_grade`). So the kernel holds
+    no reference implementation and no hidden expected value. The assignments
+    returned (named like their checks module, e.g. ``ex10_lab``) have a hidden
+    grader that uses the student's function directly, which no replay can judge:
+    their kernels keep the full library."""
+    import compileall
+
+    import torch
+
+    out = write_student_edition(dest, package)
+    plans, unplannable = plan_hidden_graders()
+    planned = set(plans["float32"])
+    for path in sorted((out / "checks").glob("ex[0-9]*_*.py")):
+        path.write_text(_deferred_stubs(path.read_text(), planned))
+        compile(path.read_text(), str(path), "exec")
+    torch.save(plans, out / "checks" / "_plans.pt")
+    # the sandbox's own start-up script runs from the package folder the kernel sees
+    for name in GRADING_KERNEL_MODULES:
+        shutil.copyfile(package / "grading" / name, out / "grading" / name)
+    compileall.compile_dir(str(out), quiet=2)
+    return out, {m.rsplit(".", 1)[-1] for m in unplannable}

@@ -36,6 +36,7 @@ sandbox unless told ``--unsafe-no-sandbox``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -97,6 +98,12 @@ class SandboxSettings:
     ``PATH``). ``protected``: folders that must never be visible inside (the course
     folder); building a sandbox that would bind one of them or a folder above one
     fails. ``extra_ro_binds``: more host paths to bind read-only (data sets).
+    ``library_edition``: a folder bound over the ``course_lib`` package, so that the
+    kernel sees it instead (the grading edition, written by
+    :func:`course_lib.grading.edition.write_grading_edition`: no reference
+    implementation, no hidden expected value); ``full_library_assignments``: the
+    assignments (the kernel's folder, or a notebook in it, has the name) whose
+    kernels see the full package all the same.
     """
 
     max_processes: int = 64
@@ -107,6 +114,8 @@ class SandboxSettings:
     bwrap: str | None = None
     protected: tuple[str, ...] = ()
     extra_ro_binds: tuple[str, ...] = ()
+    library_edition: str | None = None
+    full_library_assignments: tuple[str, ...] = ()
 
 
 @dataclass
@@ -317,6 +326,16 @@ class SandboxLauncher(KernelLauncher):
 
     # ------------------------------------------------------------ internals
 
+    def _edition_for(self, cwd: str) -> bool:
+        """Whether the kernel started in ``cwd`` sees the library edition."""
+        s = self.settings
+        if not s.library_edition:
+            return False
+        names = {os.path.basename(cwd.rstrip("/"))}
+        with contextlib.suppress(OSError), os.scandir(cwd) as entries:
+            names |= {os.path.splitext(e.name)[0] for e in entries}
+        return not names & set(s.full_library_assignments)
+
     @staticmethod
     def _sandbox_pid(state: _Kernel, process, timeout: float = 30.0) -> int | None:
         """The host PID of the sandbox's first process, from bubblewrap's
@@ -403,6 +422,9 @@ class SandboxLauncher(KernelLauncher):
         ]
         for path in self.ro_binds():
             argv += ["--ro-bind", source(path), path]
+        if self._edition_for(cwd):
+            package = os.path.dirname(os.path.realpath(_course_lib_file()))
+            argv += ["--ro-bind", source(s.library_edition), package]
         for dest, path in _etc_files(state.folder, uid, gid).items():
             argv += ["--ro-bind", source(path), dest]
         argv += ["--ro-bind", source(connection), _CONNECTION_FILE]
@@ -575,6 +597,27 @@ def _probe(launcher: SandboxLauncher) -> str | None:
     return None
 
 
+def _course_lib_file() -> str:
+    import course_lib
+
+    return course_lib.__file__
+
+
+def _grading_edition() -> tuple[str, tuple[str, ...]]:
+    """Write the grading edition of ``course_lib`` (see
+    :func:`course_lib.grading.edition.write_grading_edition`) to a temporary folder,
+    removed when this process exits; its path and the assignments it cannot serve."""
+    import atexit
+
+    from .edition import write_grading_edition
+
+    folder = tempfile.mkdtemp(prefix="course-grading-edition-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.chmod(folder, 0o755)  # the sandbox may run as another user
+    out, full = write_grading_edition(Path(folder))
+    return str(out), tuple(sorted(full))
+
+
 def _precompile() -> None:
     """Write the bytecode of ``course_lib`` now: inside the sandbox its folder is
     read-only, and every kernel would otherwise compile it again."""
@@ -619,6 +662,16 @@ def grading_launcher(
     problem = sandbox_problem(launcher)
     if problem is None:
         _precompile()
+        # The kernels see the grading edition: no reference implementation of an
+        # exercise and no hidden expected value to delegate to or read.
+        edition, full = _grading_edition()
+        launcher = SandboxLauncher(
+            dataclasses.replace(
+                launcher.settings,
+                library_edition=edition,
+                full_library_assignments=full,
+            )
+        )
     else:
         raise CourseError(
             f"cannot build the sandbox that keeps student code away from the "

@@ -58,11 +58,20 @@ class Targets:
         ]
 
 
+# A submission that reaches the library's exercise code gets one of these: the
+# reference trap's message, or the stub's (the grading edition's alibi_bias).
+REFERENCE_MESSAGES = (
+    "calls the course_lib reference",
+    "raised NotImplementedError: the function is still the stub",
+)
+
+
 @dataclass
 class Case:
     notebook: nbformat.NotebookNode
     cells: dict[str, int]  # points per test cell
-    message: str = ""  # phrase of the failure message of every failed cell
+    # phrase of the failure message of every failed cell (or one of several)
+    message: str | tuple[str, ...] = ""
     ungradable: str = ""  # phrase of the reason, when the whole submission fails
 
 
@@ -335,6 +344,70 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
             ),
             {},
             message="tampering detected",
+        ),
+        # ---- delegates to the library's reference, five ways. In the sandbox the
+        # kernel sees the grading edition of course_lib (no reference code), so
+        # each reaches a stub: 0 for alibi_bias, alibi_slopes (honest) unchanged
+        "reference_import": Case(
+            nb(bias_src="from course_lib.alibi import alibi_bias\n"),
+            slopes_only,
+            message=REFERENCE_MESSAGES,
+        ),
+        "reference_computed_name": Case(
+            nb(bias_src=(
+                "import importlib\n"
+                "def alibi_bias(n_heads, seq_len):\n"
+                "    module = importlib.import_module('course_' + 'lib.alibi')\n"
+                "    return module.alibi_bias(n_heads, seq_len)\n"
+            )),
+            slopes_only,
+            message=REFERENCE_MESSAGES,
+        ),
+        "reference_clone_code": Case(
+            nb(bias_src=(
+                "import types\n"
+                "import course_lib.alibi as _lib\n"
+                "# the reference rebuilt from its code over a copy of its globals,\n"
+                "# taken before any grader runs: a new object the trap cannot know\n"
+                "_ref = _lib.alibi_bias\n"
+                "_clone = types.FunctionType(\n"
+                "    _ref.__code__, dict(vars(_lib)), None, _ref.__defaults__)\n"
+                "_clone.__kwdefaults__ = _ref.__kwdefaults__\n"
+                "def alibi_bias(n_heads, seq_len):\n"
+                "    return _clone(n_heads, seq_len)\n"
+            )),
+            slopes_only,
+            message=REFERENCE_MESSAGES,
+        ),
+        "reference_exec_source": Case(
+            nb(bias_src=(
+                "import course_lib.alibi as _lib\n"
+                "_ns = {'__name__': 'copied', '__package__': 'course_lib'}\n"
+                "with open(_lib.__file__) as _f:\n"
+                "    exec(compile(_f.read(), 'copied', 'exec'), _ns)\n"
+                "def alibi_bias(n_heads, seq_len):\n"
+                "    return _ns['alibi_bias'](n_heads, seq_len)\n"
+            )),
+            slopes_only,
+            message=REFERENCE_MESSAGES,
+        ),
+        "reference_site_packages": Case(
+            nb(bias_src=(
+                "import importlib.util, os, sys\n"
+                "_spec = importlib.util.find_spec('course_lib')\n"
+                "_here = os.path.dirname(_spec.origin)\n"
+                "_files = [os.path.join(_here, 'alibi.py')]\n"
+                "_files += [os.path.join(p, 'course_lib', 'alibi.py')\n"
+                "           for p in sys.path]\n"
+                "_ns = {'__name__': 'copied', '__package__': 'course_lib'}\n"
+                "_found = [f for f in _files if os.path.isfile(f)]\n"
+                "with open(_found[0]) as _f:\n"
+                "    exec(compile(_f.read(), _found[0], 'exec'), _ns)\n"
+                "def alibi_bias(n_heads, seq_len):\n"
+                "    return _ns['alibi_bias'](n_heads, seq_len)\n"
+            )),
+            slopes_only,
+            message=REFERENCE_MESSAGES,
         ),
         # ---- prints 30 MB
         "big_output": Case(
