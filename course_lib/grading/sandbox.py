@@ -16,6 +16,14 @@ next to the solutions, the gradebook and the other students' work. With
   ``/etc/passwd``. The course folder, the solutions, the gradebook, the other
   submissions and the home folder do not exist inside. Nothing the kernel writes
   reaches the host's disk.
+* **no reference implementation**: ``course autograde`` binds the *grading edition*
+  of ``course_lib`` over the package folder (written once per run,
+  :func:`course_lib.grading.edition.write_grading_edition`): the exercise targets
+  are stubs, the public checks use stored values, and the hidden graders only make
+  their planned calls; the grading process judges them
+  (:mod:`course_lib.grading.integrity`). Importing, cloning or re-reading the
+  library's code in the kernel finds only the stubs. ex10's kernel keeps the full
+  package: its hidden grader trains a model with the student's function.
 * **Jupyter's sockets**: the kernel listens on Unix sockets (``transport="ipc"``) in
   a tmpfs inside the sandbox, which the grader reaches through
   ``/proc/<pid>/root/...``; TCP would need the host's network.
