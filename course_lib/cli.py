@@ -448,6 +448,10 @@ def _cmd_lab(args) -> int:
             )
             return 2
         raise
+    if "--lm" in args.args:  # the language-model experiment (experiments.lm)
+        from course_lib.experiments.lm import lm_main
+
+        return int(lm_main([a for a in args.args if a not in ("--quiet", "-q")]) or 0)
     entry = getattr(module, "main", None)
     if entry is None:
         print("course lab: course_lib.experiments has no main()", file=sys.stderr)

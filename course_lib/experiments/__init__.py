@@ -11,7 +11,7 @@ and writes ``book/data/lab_results.json``; the chapter reads that file.
 ['16', '8']
 """
 
-from . import model, tasks, train
+from . import lm, model, tasks, train
 from .model import *  # noqa: F403
 from .tasks import *  # noqa: F403
 from .train import *  # noqa: F403
