@@ -270,6 +270,26 @@ def test_mean_ci_is_t_times_standard_error():
         mean_ci([])
 
 
+def test_mean_ci_bounded_to_the_metric_range():
+    # n = 3 with a wide spread: the plain t-interval leaves [0, 1] on both sides
+    vals = [0.05, 0.5, 0.98]
+    mean, low, high = mean_ci(vals)
+    assert low < 0 and high > 1
+    b_mean, b_low, b_high = mean_ci(vals, bounds=(0.0, 1.0))
+    assert (b_mean, b_low, b_high) == (mean, 0.0, 1.0)
+    # inside the range the bounded interval is the t-interval itself
+    inner = [0.6, 0.65, 0.7]
+    assert mean_ci(inner, bounds=(0.0, 1.0)) == mean_ci(inner)
+    with pytest.raises(ValueError, match="metric's range"):
+        mean_ci([0.5, 1.2], bounds=(0.0, 1.0))
+
+
+def test_load_results_intervals_stay_in_0_1():
+    rows = load_results()["summary"]
+    assert rows and all(0.0 <= r["low"] <= r["mean"] <= r["high"] <= 1.0
+                        for r in rows)
+
+
 def test_summarize_and_table():
     runs = [
         {"task": "copy", "method": m, "seed": s, "accuracy": {"8": a, "16": a / 2}}
@@ -282,9 +302,11 @@ def test_summarize_and_table():
     ]
     alibi8 = rows[2]
     assert alibi8["mean"] == pytest.approx(0.9) and alibi8["n"] == 3
-    assert alibi8["high"] - alibi8["mean"] == pytest.approx(
+    # the t half-width on the low side; the high side is clipped at accuracy 1
+    assert alibi8["mean"] - alibi8["low"] == pytest.approx(
         t_quantile(0.975, 2) * 0.1 / math.sqrt(3)
     )
+    assert alibi8["high"] == 1.0
     table = format_table({"summary": rows}, task="copy")
     assert table.splitlines()[0] == "| method | n = 8 | n = 16 |"
     assert "| learned abs. | 1.00 [1.00, 1.00] | 0.50 [0.50, 0.50] |" in table

@@ -359,9 +359,16 @@ def t_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2
 
 
-def mean_ci(values: Sequence[float], confidence: float = 0.95
+def mean_ci(values: Sequence[float], confidence: float = 0.95, *,
+            bounds: tuple[float, float] | None = None
             ) -> tuple[float, float, float]:
     """Mean and two-sided t confidence interval ``(mean, low, high)``.
+
+    ``bounds=(a, b)``: the metric's range (``(0, 1)`` for an accuracy); the interval
+    is intersected with it. The mean of such a metric always lies in ``[a, b]``, so
+    every ``[a, b]``-valued mean that the t-interval covers, the intersection covers
+    too: the coverage is unchanged, and the interval no longer claims values the
+    metric cannot take (with ``n = 3``, ``t = 4.30`` pushes it past 0 and 1).
 
     .. math::
 
@@ -372,17 +379,27 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95
 
     >>> [round(x, 4) for x in mean_ci([0.5, 0.7, 0.9])]  # s = 0.2, t = 4.3027
     [0.7, 0.2032, 1.1968]
+    >>> [round(x, 4) for x in mean_ci([0.5, 0.7, 0.9], bounds=(0.0, 1.0))]
+    [0.7, 0.2032, 1.0]
     """
     vals = [float(v) for v in values]
     if not vals:
         fail("mean_ci", "values must not be empty, got []")
+    if bounds is not None:
+        lo_b, hi_b = bounds
+        if not lo_b < hi_b or any(not lo_b <= v <= hi_b for v in vals):
+            fail("mean_ci", f"values must lie in the metric's range {bounds}, got "
+                            f"{vals}")
     n = len(vals)
     mean = sum(vals) / n
     if n == 1:
         return mean, mean, mean
     s = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
     half = t_quantile((1 + confidence) / 2, n - 1) * s / math.sqrt(n)
-    return mean, mean - half, mean + half
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
 
 
 def summarize(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -403,7 +420,7 @@ def summarize(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.items(),
         key=lambda kv: (task_order.get(kv[0][0], 99), order[kv[0][1]], kv[0][2]),
     ):
-        mean, low, high = mean_ci(vals)
+        mean, low, high = mean_ci(vals, bounds=(0.0, 1.0))  # accuracies
         rows.append({"task": task, "method": method, "length": length,
                      "mean": mean, "low": low, "high": high, "n": len(vals),
                      "values": vals})
@@ -598,7 +615,10 @@ def load_results(path: str | Path | None = None) -> dict[str, Any]:
         fail("load_results", f"no results at {p}; run `python -m "
              "course_lib.experiments` (or `course lab`) to create them",
              FileNotFoundError)
-    return json.loads(p.read_text())
+    data = json.loads(p.read_text())
+    if "runs" in data:  # intervals by the current rule (bounded to [0, 1])
+        data["summary"] = summarize(data["runs"])
+    return data
 
 
 def stored_results(path: str | Path | None = None, *, recompute: bool | None = None,
