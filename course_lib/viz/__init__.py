@@ -21,7 +21,8 @@ The figures live in one module per chapter family; import them from here
   (chapters 5, 6, 8);
 - ``course_lib.viz.transformer_xl``: Transformer-XL (chapter 7);
 - ``course_lib.viz.lab``: the length-extrapolation lab (chapter 10);
-- ``course_lib.viz.long_context``: longer contexts for RoPE (chapter 11).
+- ``course_lib.viz.long_context``: longer contexts for RoPE (chapter 11);
+- ``course_lib.viz.lm``: the language-model experiment (chapter 12).
 
 A new family is a new module with its own ``__all__``, registered in ``_FAMILIES``
 below.
@@ -29,14 +30,15 @@ below.
 
 from __future__ import annotations
 
-from . import absolute, bias, lab, long_context, rope, transformer_xl
+from . import absolute, bias, lab, lm, long_context, rope, transformer_xl
 from .absolute import *  # noqa: F403
 from .bias import *  # noqa: F403
 from .lab import *  # noqa: F403
+from .lm import *  # noqa: F403
 from .long_context import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .transformer_xl import *  # noqa: F403
 
-_FAMILIES = (absolute, rope, bias, transformer_xl, lab, long_context)
+_FAMILIES = (absolute, rope, bias, transformer_xl, lab, long_context, lm)
 
 __all__ = sorted(name for family in _FAMILIES for name in family.__all__)
