@@ -196,7 +196,8 @@ def _checks_modules() -> list[types.ModuleType]:
 
 def _solution_namespace(root: Path, assignment: str) -> dict[str, Any]:
     """The instructor's solution of ``assignment``: its answer cells and the cells
-    that only import or define, executed (test cells and the lab's runs are not)."""
+    that import or define (only those statements of theirs), executed; test cells
+    and the lab's runs are not."""
     path = root / "solutions" / assignment / f"{assignment}.ipynb"
     notebook = json.loads(path.read_text())
     namespace: dict[str, Any] = {"__name__": f"solution_{assignment}"}
@@ -205,16 +206,21 @@ def _solution_namespace(root: Path, assignment: str) -> dict[str, Any]:
             continue
         meta = cell.get("metadata", {}).get("nbgrader", {})
         source = "".join(cell["source"])
-        is_answer = meta.get("solution") and not meta.get("grade")
-        # Imports and definitions only: the set-up cell and the lab's training runs
-        # are statements of another kind and are not executed.
-        is_definition = not meta.get("grade") and all(
-            isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
-                              ast.ClassDef))
-            for node in ast.parse(source).body
-        )
-        if is_answer or is_definition:
-            exec(compile(source, f"{path.name}:cell", "exec"), namespace)  # noqa: S102
+        if meta.get("grade"):
+            continue
+        if meta.get("solution"):
+            code = compile(source, f"{path.name}:cell", "exec")
+        else:
+            # Other cells: only their imports and definitions run. The set-up cell's
+            # install and the lab's training runs are statements of another kind.
+            tree = ast.parse(source)
+            tree.body = [
+                node for node in tree.body
+                if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                     ast.ClassDef))
+            ]
+            code = compile(tree, f"{path.name}:cell", "exec")
+        exec(code, namespace)  # noqa: S102
     return namespace
 
 
