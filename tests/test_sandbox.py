@@ -566,6 +566,10 @@ def test_autograde_refuses_without_a_sandbox_unless_told(tmp_path):
     from course_lib.grading.synthetic import scratch_course
 
     course = scratch_course(tmp_path / "course", ROOT, ["ex05_alibi"])
+    # Released first: autograde names an unreleased assignment before it builds the
+    # sandbox, and this test is about the sandbox.
+    released = _course(["release", "ex05_alibi"], course.root, dict(os.environ))
+    assert released.returncode == 0, released.stderr
     env = {**os.environ, "PATH": str(tmp_path / "no-programs-here")}
     refused = _course(["autograde", "ex05_alibi"], course.root, env)
     assert refused.returncode == 2
