@@ -221,7 +221,7 @@ def perplexity(model: TinyTransformer, data: torch.Tensor, length: int,
             total += float(nll.sum())
             count += nll.numel()
         else:
-            for row, s0 in zip(nll, st.tolist()):
+            for row, s0 in zip(nll, st.tolist(), strict=True):
                 keep = row if s0 == 0 else row[-stride:]
                 total += float(keep.sum())
                 count += keep.numel()
@@ -258,6 +258,7 @@ def log_interval(values: list[float]) -> dict:
 
 def _code_hash() -> str:
     import inspect
+
     from course_lib.experiments import model as model_mod
     h = hashlib.sha256()
     for mod in (model_mod, inspect.getmodule(train_lm)):
@@ -298,7 +299,8 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
                                        _scaling(ext, T / L, L, T))
                     for kind, stride in (("nonoverlap", None), ("sliding", L)):
                         ppl = perplexity(model, val_data, T, stride=stride)
-                        raw[kind].setdefault(name, {}).setdefault(str(T), []).append(ppl)
+                        per = raw[kind].setdefault(name, {})
+                        per.setdefault(str(T), []).append(ppl)
                 if ext is not None:
                     rope_extension(model, None)
             log(f"{method} seed {seed}: final train loss {losses[-1]:.3f}")
