@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from course_lib._validate import fail
 from course_lib.experiments.model import ModelConfig, TinyTransformer
+from course_lib.experiments.train import mean_ci
 from course_lib.rope import RotaryEmbedding
 
 __all__ = [
@@ -228,10 +229,6 @@ def perplexity(model: TinyTransformer, data: torch.Tensor, length: int,
     return math.exp(total / count)
 
 
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
-         8: 2.306, 9: 2.262}
-
-
 def log_interval(values: list[float]) -> dict:
     """Mean and 95% interval of perplexities across seeds, on the log scale.
 
@@ -244,16 +241,11 @@ def log_interval(values: list[float]) -> dict:
     """
     if not values or any(not math.isfinite(v) or v < 1 for v in values):
         fail("log_interval", f"values must be finite perplexities >= 1, got {values}")
-    logs = [math.log(v) for v in values]
-    k = len(logs)
-    mu = sum(logs) / k
-    if k == 1:
-        return {"mean": values[0], "low": values[0], "high": values[0], "n": 1}
-    sd = math.sqrt(sum((x - mu) ** 2 for x in logs) / (k - 1))
-    half = _T975.get(k - 1, 1.96) * sd / math.sqrt(k)
-    # the log-perplexity is >= 0, so the lower bound is clipped there (ppl >= 1)
-    return {"mean": math.exp(mu), "low": math.exp(max(0.0, mu - half)),
-            "high": math.exp(mu + half), "n": k}
+    # the log-perplexity (a mean NLL) is >= 0: the t-interval of chapter 10's
+    # ``mean_ci``, bounded below at 0 on the log scale (ppl >= 1)
+    mu, low, high = mean_ci([math.log(v) for v in values], bounds=(0.0, math.inf))
+    return {"mean": math.exp(mu), "low": math.exp(low), "high": math.exp(high),
+            "n": len(values)}
 
 
 def _code_hash() -> str:
