@@ -617,13 +617,27 @@ def _grading_edition() -> tuple[str, tuple[str, ...]]:
     removed when this process exits; its path and the assignments it cannot serve."""
     import atexit
 
-    from .edition import write_grading_edition
-
     folder = tempfile.mkdtemp(prefix="course-grading-edition-")
     atexit.register(shutil.rmtree, folder, True)
     os.chmod(folder, 0o755)  # the sandbox may run as another user
-    out, full = write_grading_edition(Path(folder))
-    return str(out), tuple(sorted(full))
+    # In a child process: planning runs the hidden graders, and torch's OpenMP
+    # threads started here would deadlock the grading workers forked from this
+    # process later (libgomp is not fork-safe; seen as a hang in ex01's replay).
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from course_lib.grading.edition import write_grading_edition\n"
+        "out, full = write_grading_edition(Path(sys.argv[1]))\n"
+        "print(json.dumps([str(out), sorted(full)]))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, folder], capture_output=True, text=True
+    )
+    if run.returncode != 0:
+        last = (run.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise SandboxError(f"writing the grading edition of course_lib failed: {last}")
+    out, full = json.loads(run.stdout.strip().splitlines()[-1])
+    return out, tuple(full)
 
 
 def _precompile() -> None:
