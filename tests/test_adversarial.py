@@ -209,6 +209,7 @@ def test_honest_students_get_exactly_their_grades(graded):
         "reference_clone_code",
         "reference_exec_source",
         "reference_site_packages",
+        "sees_only_stubs",
         "big_output",
     ],
 )

@@ -58,11 +58,13 @@ class Targets:
         ]
 
 
-# A submission that reaches the library's exercise code gets one of these: the
-# reference trap's message, or the stub's (the grading edition's alibi_bias).
+# A submission that reaches the library's exercise code in the grading kernel gets
+# the stub's message (the grading edition's alibi_bias), or the reference trap's
+# when it looks the function up during the call (the trap stands in for it then).
+# "sees_only_stubs" checks that the kernel sees the stubs at all.
 REFERENCE_MESSAGES = (
-    "calls the course_lib reference",
     "raised NotImplementedError: the function is still the stub",
+    "calls the course_lib reference",
 )
 
 
@@ -367,14 +369,20 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
             nb(bias_src=(
                 "import types\n"
                 "import course_lib.alibi as _lib\n"
-                "# the reference rebuilt from its code over a copy of its globals,\n"
-                "# taken before any grader runs: a new object the trap cannot know\n"
-                "_ref = _lib.alibi_bias\n"
-                "_clone = types.FunctionType(\n"
-                "    _ref.__code__, dict(vars(_lib)), None, _ref.__defaults__)\n"
-                "_clone.__kwdefaults__ = _ref.__kwdefaults__\n"
+                "# the module's functions rebuilt from their code over a copy of its\n"
+                "# globals, taken before any grader runs: objects the trap cannot\n"
+                "# know, calling each other through the copy\n"
+                "_g = dict(vars(_lib))\n"
+                "for _k, _v in list(_g.items()):\n"
+                "    _f = getattr(_v, '__wrapped__', _v)\n"
+                "    if (isinstance(_f, types.FunctionType)\n"
+                "            and _f.__module__ == _lib.__name__):\n"
+                "        _c = types.FunctionType(_f.__code__, _g, _k,\n"
+                "                                _f.__defaults__, _f.__closure__)\n"
+                "        _c.__kwdefaults__ = _f.__kwdefaults__\n"
+                "        _g[_k] = _c\n"
                 "def alibi_bias(n_heads, seq_len):\n"
-                "    return _clone(n_heads, seq_len)\n"
+                "    return _g['alibi_bias'](n_heads, seq_len)\n"
             )),
             slopes_only,
             message=REFERENCE_MESSAGES,
@@ -408,6 +416,27 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
             )),
             slopes_only,
             message=REFERENCE_MESSAGES,
+        ),
+        # ---- an honest alibi_bias that fails if the kernel can see the library's
+        # implementation of it: full marks only when the kernel sees the stub
+        "sees_only_stubs": Case(
+            nb(
+                bias_src=_inject(
+                    bias,
+                    """
+                    if not LIBRARY_IS_STUB:
+                        raise RuntimeError("the kernel sees the reference")
+                    """,
+                ),
+                # read before any grader runs (during a call the trap stands in
+                # for the library's functions)
+                extra="""
+                import inspect, course_lib.alibi
+                LIBRARY_IS_STUB = "raise NotImplementedError" in inspect.getsource(
+                    course_lib.alibi.alibi_bias)
+                """,
+            ),
+            full,
         ),
         # ---- prints 30 MB
         "big_output": Case(
