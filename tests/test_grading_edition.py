@@ -122,7 +122,7 @@ def _record_and_replay(grader_module: str, name: str, student, dtype) -> None:
     try:
         recorder = _record._Recorder()
         _record._session = recorder
-        _record.deferred_grade(name, (student,) + (None,) * (n_params - 1))
+        _core.deferred_grade(name, (student,) + (None,) * (n_params - 1))
         _record._session = previous_session
         assert recorder.deferred == {name}
         events = list(recorder.events)
@@ -136,7 +136,7 @@ def _record_and_replay(grader_module: str, name: str, student, dtype) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_every_plan_replays_to_the_pristine_verdict(plans, monkeypatch, dtype) -> None:
-    monkeypatch.setattr(_record, "_plans", plans)
+    monkeypatch.setattr(_core, "_plans", plans)
     monkeypatch.setattr(_core, "reference_trap", _NoTrap)
     key = str(dtype).removeprefix("torch.")
     judged = 0

@@ -46,7 +46,6 @@ __all__ = [
     "Tampered",
     "Unreplayable",
     "decode",
-    "deferred_grade",
     "encode",
     "probe",
     "replaying",
@@ -515,50 +514,7 @@ def probe(count: int, graders: list[str], *values: Any) -> str:
 # --------------------------------------------------------------------------------------
 # the grading edition's hidden graders: make the planned calls, leave the verdict
 
-PLANS_FILE = "_plans.pt"
-_plans: dict[str, Any] | None = None
-
-
-def deferred_grade(grader: str, arguments: tuple) -> None:
-    """A hidden grader of the *grading edition* (the ``course_lib`` a sandboxed
-    grading kernel sees, :func:`course_lib.grading.edition.write_grading_edition`):
-    it holds no reference and no expected value. It makes the calls the pristine
-    grader makes (``call_student`` with the planned inputs, stored in
-    ``checks/_plans.pt``), so they are recorded, and gives no verdict: the grading
-    tool's replay judges them, outside the kernel. The planned calls are made until
-    one raises (a wrong answer does not stop them: only the replay knows it is
-    wrong); the replay reads as far as its grader goes."""
-    global _plans
-    from ._core import call_student
-
-    if _plans is None:
-        path = __file__.rsplit("/", 1)[0] + "/" + PLANS_FILE
-        _plans = torch.load(path, weights_only=False)
-    dtype = str(torch.get_default_dtype()).removeprefix("torch.")
-    plan = _plans.get(dtype, {}).get(grader, _plans["float32"].get(grader))
-    if plan is None:
-        raise RuntimeError(f"the grading edition has no plan for {grader}")
-    if isinstance(_session, _Recorder):
-        _session.deferred.add(grader)
-    for position, call, args, kwargs in plan:
-        # a fresh copy per call: the student's function may change its inputs
-        args, kwargs = _copy_value(args), _copy_value(kwargs)
-        try:
-            call_student(arguments[position], *args, call=call, **kwargs)
-        except CheckFailed:
-            # The student's function raised (or was caught calling a reference):
-            # the pristine grader stops there too, as no grader catches CheckFailed.
-            return
-
-
-def _copy_value(value: Any) -> Any:
-    if isinstance(value, _Tensor):
-        return value.clone()
-    if type(value) in (list, tuple):
-        return type(value)(_copy_value(v) for v in value)
-    if type(value) is dict:
-        return {k: _copy_value(v) for k, v in value.items()}
-    return value
+PLANS_FILE = "_plans.pt"  # the grading edition's planned calls (see _core)
 
 
 # --------------------------------------------------------------------------------------

@@ -633,7 +633,7 @@ def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
 
 def _deferred_stubs(source: str, planned: set[str]) -> str:
     """The student edition's hidden-grader stubs of a checks module become
-    :func:`course_lib.checks._record.deferred_grade` calls (those in ``planned``)."""
+    :func:`course_lib.checks._core.deferred_grade` calls (those in ``planned``)."""
     tree = ast.parse(source)
     edits = []
     for node in tree.body:
@@ -641,7 +641,7 @@ def _deferred_stubs(source: str, planned: set[str]) -> str:
             first, last, indent = _body_span(node)
             params = [a.arg for a in node.args.args]
             edits.append((first, last, (
-                f"{indent}from ._record import deferred_grade\n"
+                f"{indent}from ._core import deferred_grade\n"
                 f"{indent}deferred_grade({node.name!r}, "
                 f"({''.join(p + ', ' for p in params)}))\n"
             )))
@@ -656,7 +656,7 @@ def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, se
     stored values) whose hidden graders make the calls their pristine versions make,
     on inputs planned here (:func:`plan_hidden_graders`, stored in
     ``checks/_plans.pt``: inputs only), and leave the verdict to the grading tool's
-    replay (:func:`course_lib.checks._record.deferred_grade`). So the kernel holds
+    replay (:func:`course_lib.checks._core.deferred_grade`). So the kernel holds
     no reference implementation and no hidden expected value. The assignments
     returned (named like their checks module, e.g. ``ex10_lab``) have a hidden
     grader that uses the student's function directly, which no replay can judge:
