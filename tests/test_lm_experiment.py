@@ -10,6 +10,7 @@ import pytest
 from course_lib.experiments.lm import (
     LM_METHODS,
     LMConfig,
+    code_hash,
     encode,
     load_corpus,
     log_interval,
@@ -76,6 +77,36 @@ def test_log_interval_is_bounded():
     assert math.isclose(r["mean"], geo, rel_tol=1e-12)
     with pytest.raises(ValueError, match=">= 1"):
         log_interval([0.5, 2.0])
+
+
+def test_code_hash_sees_code_not_docstrings(monkeypatch):
+    import inspect
+
+    from course_lib.experiments import lm
+
+    source = inspect.getsource(lm)
+    before = code_hash()
+
+    def hash_of(text):
+        monkeypatch.setattr(inspect, "getsource",
+                            lambda mod, _real=inspect.getsource: text if mod is lm
+                            else _real(mod))
+        try:
+            return code_hash()
+        finally:
+            monkeypatch.undo()
+
+    assert hash_of(source) == before
+    reworded = source.replace('"""The ALiBi paper', '"""Reworded: the ALiBi paper', 1)
+    assert reworded != source and hash_of(reworded + "\n# a comment\n") == before
+    changed = source.replace("math.log(v) for v in values", "math.log(v) + 0 for v in values",
+                             1)
+    assert changed != source and hash_of(changed) != before
+
+
+def test_committed_results_come_from_this_code():
+    assert json.loads(RESULTS.read_text())["code_sha256"] == code_hash(), (
+        "book/data/lm_extrapolation.json was made by other code: run `course lab --lm`")
 
 
 def _check_record(rec, cfg_methods):

@@ -3,7 +3,9 @@
 Train a :class:`TinyTransformer` with each position method of the library on
 synthetic tasks at length ``L`` and measure its accuracy at ``L``, ``2L``, ``4L`` and
 ``8L``. ``python -m course_lib.experiments`` (or ``course lab``) re-runs the full lab
-and writes ``book/data/lab_results.json``; the chapter reads that file.
+and writes ``book/data/lab_results.json``; the chapter reads that file. The
+language-model experiment of chapter 12 lives in :mod:`course_lib.experiments.lm`
+(``course lab --lm``).
 
 >>> from course_lib.experiments import LabConfig, train_run
 >>> cfg = LabConfig(steps=5, eval_sequences=8, train_length=8, multipliers=(1, 2))
@@ -16,4 +18,4 @@ from .model import *  # noqa: F403
 from .tasks import *  # noqa: F403
 from .train import *  # noqa: F403
 
-__all__ = [*model.__all__, *tasks.__all__, *train.__all__]
+__all__ = ["lm", *model.__all__, *tasks.__all__, *train.__all__]

@@ -7,7 +7,8 @@ runs on every machine without a download. Tokens are characters.
 
 * :func:`load_corpus` returns the text, its SHA-256 and a deterministic 90/10
   train/validation split (by topic name, so no topic straddles the split).
-* :func:`train_lm` trains a :class:`TinyTransformer` at length ``L``.
+* :func:`train_lm` trains a
+  :class:`~course_lib.experiments.model.TinyTransformer` at length ``L``.
 * :func:`perplexity` evaluates at any length, with non-overlapping windows or with a
   sliding window that scores only the last ``stride`` tokens of each window.
 * :func:`rope_extension` rebuilds the rotary cache of a RoPE model with one of the
@@ -42,6 +43,7 @@ from course_lib.rope import RotaryEmbedding
 
 __all__ = [
     "LM_METHODS",
+    "code_hash",
     "EXTENSION_METHODS",
     "LMConfig",
     "load_corpus",
@@ -248,13 +250,26 @@ def log_interval(values: list[float]) -> dict:
             "n": len(values)}
 
 
-def _code_hash() -> str:
+def code_hash() -> str:
+    """SHA-256 over the syntax trees of this module and the model, docstrings removed.
+
+    Comments, docstrings and formatting do not change the numbers, so they do not
+    change the hash either; any change to the code does.
+    """
+    import ast
     import inspect
 
     from course_lib.experiments import model as model_mod
     h = hashlib.sha256()
     for mod in (model_mod, inspect.getmodule(train_lm)):
-        h.update(inspect.getsource(mod).encode())
+        tree = ast.parse(inspect.getsource(mod))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        h.update(ast.dump(tree).encode())
     return h.hexdigest()
 
 
@@ -322,7 +337,7 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = time.process_time() - cpu0
     return {
-        "code_sha256": _code_hash(),
+        "code_sha256": code_hash(),
         "corpus": "pydoc_data.topics.topics (CPython documentation text)",
         "corpus_sha256": digest,
         "train_tokens": int(train_data.numel()),
