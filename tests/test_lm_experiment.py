@@ -99,8 +99,8 @@ def test_code_hash_sees_code_not_docstrings(monkeypatch):
     assert hash_of(source) == before
     reworded = source.replace('"""The ALiBi paper', '"""Reworded: the ALiBi paper', 1)
     assert reworded != source and hash_of(reworded + "\n# a comment\n") == before
-    changed = source.replace("math.log(v) for v in values", "math.log(v) + 0 for v in values",
-                             1)
+    changed = source.replace("math.log(v) for v in values",
+                             "math.log(v) + 0 for v in values", 1)
     assert changed != source and hash_of(changed) != before
 
 
