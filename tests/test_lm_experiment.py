@@ -21,7 +21,7 @@ from course_lib.experiments.lm import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "book" / "data" / "lm_extrapolation.json"
+RESULTS = ROOT / "course_lib" / "data" / "lm_extrapolation.json"
 TINY = LMConfig(train_length=8, multipliers=(1, 2), extension_multipliers=(2,),
                 seeds=(0,), steps=4, batch_size=4, d_model=16, n_heads=2,
                 d_ff=32, eval_tokens=64, fine_tune_steps=2)
@@ -106,7 +106,8 @@ def test_code_hash_sees_code_not_docstrings(monkeypatch):
 
 def test_committed_results_come_from_this_code():
     assert json.loads(RESULTS.read_text())["code_sha256"] == code_hash(), (
-        "book/data/lm_extrapolation.json was made by other code: run `course lab --lm`")
+        "course_lib/data/lm_extrapolation.json was made by other code: "
+        "run `course lab --lm`")
 
 
 def _check_record(rec, cfg_methods):

@@ -173,3 +173,35 @@ def test_course_cli_runs_in_the_full_venv() -> None:
     assert run.returncode == 0, run.stderr
     for command in ("check", "release", "autograde"):
         assert command in run.stdout, run.stdout
+
+
+@pytest.mark.slow
+def test_the_open_wheel_ships_every_data_file_of_the_package(tmp_path: Path) -> None:
+    """What `pip install git+https://github.com/ORG/REPO` (the Colab set-up cell) gets:
+    a wheel built from the tracked files must hold every tracked non-Python file under
+    ``course_lib/`` (the stored public check values, the results the chapters read).
+    Setuptools ships only the data files that ``package-data`` names."""
+    import zipfile
+
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode().split("\0")
+    for rel in filter(None, tracked):
+        if (ROOT / rel).is_file():
+            (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "src" / rel).write_bytes((ROOT / rel).read_bytes())
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--quiet", "-w", str(tmp_path / "dist"), str(tmp_path / "src")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("course_lib-*.whl")
+    members = set(zipfile.ZipFile(wheel).namelist())
+    data = {
+        rel for rel in tracked
+        if rel.startswith("course_lib/") and not rel.endswith(".py")
+    }
+    assert {"course_lib/checks/public_expected.pt",
+            "course_lib/data/lm_extrapolation.json"} <= data
+    assert data - members == set(), "add these to package-data in pyproject.toml"

@@ -3,7 +3,7 @@
 Train a :class:`TinyTransformer` with each position method of the library on
 synthetic tasks at length ``L`` and measure its accuracy at ``L``, ``2L``, ``4L`` and
 ``8L``. ``python -m course_lib.experiments`` (or ``course lab``) re-runs the full lab
-and writes ``book/data/lab_results.json``; the chapter reads that file. The
+and writes ``course_lib/data/lab_results.json``; the chapter reads that file. The
 language-model experiment of chapter 12 lives in :mod:`course_lib.experiments.lm`
 (``course lab --lm``).
 

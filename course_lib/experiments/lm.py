@@ -14,7 +14,7 @@ runs on every machine without a download. Tokens are characters.
 * :func:`rope_extension` rebuilds the rotary cache of a RoPE model with one of the
   context-extension methods of :mod:`course_lib.rope_scaling`, at inference.
 * :func:`run_lm_experiment` runs every method and seed and returns the JSON record
-  that ``course lab --lm`` writes to ``book/data/lm_extrapolation.json``.
+  that ``course lab --lm`` writes to ``course_lib/data/lm_extrapolation.json``.
 
 Intervals over seeds are Student-t intervals on the log-perplexity (the mean
 negative log-likelihood per token, in nats), exponentiated: the log scale is
@@ -32,6 +32,7 @@ import hashlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +44,7 @@ from course_lib.rope import RotaryEmbedding
 
 __all__ = [
     "LM_METHODS",
+    "RESULTS_PATH",
     "code_hash",
     "EXTENSION_METHODS",
     "LMConfig",
@@ -364,14 +366,15 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
     }
 
 
-LM_RESULTS_NAME = "book/data/lm_extrapolation.json"
+# Where ``course lab --lm`` writes the record and chapter 12 reads it: package data, so
+# the chapter also runs where ``course_lib`` is installed from a wheel (Colab).
+RESULTS_PATH = Path(__file__).resolve().parents[1] / "data" / "lm_extrapolation.json"
 
 
 def lm_main(argv=None) -> int:
     """``python -m course_lib.experiments --lm`` / ``course lab --lm``: run, save."""
     import argparse
     import json
-    from pathlib import Path
 
     p = argparse.ArgumentParser(prog="course lab --lm")
     p.add_argument("--lm", action="store_true", help="run this experiment")
@@ -391,7 +394,7 @@ def lm_main(argv=None) -> int:
     except (TypeError, ValueError) as exc:
         print(f"course lab --lm: {exc}")
         return 2
-    out = args.out or Path(__file__).resolve().parents[2] / LM_RESULTS_NAME
+    out = args.out or RESULTS_PATH
     record = run_lm_experiment(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 _ROOT = Path(__file__).resolve().parents[2]
-RESULTS_PATH = _ROOT / "book" / "data" / "lab_results.json"
+RESULTS_PATH = Path(__file__).resolve().parents[1] / "data" / "lab_results.json"
 """Where the stored results of the full lab live (read by chapter 10)."""
 
 # Files whose contents determine the numbers: the lab and the library it uses.

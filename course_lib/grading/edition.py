@@ -57,7 +57,12 @@ STUDENT_GRADING_MODULES = (
 )
 # What a sandboxed grading kernel runs from grading/ besides those.
 GRADING_KERNEL_MODULES = ("_sandbox_exec.py",)
-_DATA_FILES = ("checks/public_expected.pt", "py.typed")
+_DATA_FILES = (
+    "checks/public_expected.pt",
+    "py.typed",
+    "data/lab_results.json",
+    "data/lm_extrapolation.json",
+)
 _EXERCISE = re.compile(r"ex(\d+)_")
 
 

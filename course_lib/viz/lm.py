@@ -27,11 +27,11 @@ def plot_lm_perplexity(record: dict) -> Figure:
     geometric mean over seeds with its 95 % interval (band, log-scale t-interval).
 
     Args:
-        record: the dict stored in ``book/data/lm_extrapolation.json``.
+        record: the dict stored in ``course_lib/data/lm_extrapolation.json``.
     """
     fn = "plot_lm_perplexity"
     if not isinstance(record, dict) or "perplexity" not in record:
-        fail(fn, "record must be the dict of book/data/lm_extrapolation.json")
+        fail(fn, "record must be the dict of course_lib/data/lm_extrapolation.json")
     L = record["settings"]["train_length"]
     fig = _figure(6.5, 3.0)
     axes = fig.subplots(1, 2, sharey=True)
