@@ -22,6 +22,8 @@ import yaml
 
 from course_lib.grading.launch import (
     LaunchSettingsError,
+    chapter_notebook,
+    class_settings,
     launch_urls,
     read_settings,
     settings_from_config,
@@ -179,6 +181,56 @@ def test_a_hub_without_a_student_repository_is_refused() -> None:
                 student_repository="not a url",
             )
         )
+
+
+# --- the class edition launches from the student repository ---------------------
+
+STUDENT = "https://github.com/some-class/pe-student"
+
+
+def test_class_edition_without_a_student_repository_has_no_launch() -> None:
+    assert not CONFIG["launch_buttons"].get("student_repository")
+    assert class_settings(read_settings(ROOT)) is None
+
+
+def test_class_edition_opens_and_installs_from_the_student_repository() -> None:
+    from importlib import metadata
+
+    open_ = settings_from_config(
+        _with_hub(student_repository=STUDENT, student_branch="term-2027")
+    )
+    cls = class_settings(open_)
+    assert (cls.repository, cls.branch) == (STUDENT, "term-2027")
+    wheel = f"course_lib-{metadata.version('course_lib')}-py3-none-any.whl"
+    assert cls.package == (
+        "course_lib @ https://raw.githubusercontent.com/some-class/pe-student/"
+        f"term-2027/dist/{wheel}"
+    )
+    path = "book/notebooks/05-alibi.ipynb"
+    urls = launch_urls(cls, path)
+    colab = f"/github/some-class/pe-student/blob/term-2027/{path}"
+    assert urls["Colab"].endswith(colab)
+    assert "/v2/gh/some-class/pe-student/term-2027?" in urls["Binder"]
+    for url in urls.values():  # the instructor's repository is private
+        assert f"{ORG}/{REPO}" not in url
+    # a class that hosts its wheel elsewhere says so, and that wins
+    own = "course_lib @ https://class.example.org/course_lib-0.1.0-py3-none-any.whl"
+    cls = class_settings(settings_from_config(
+        _with_hub(student_repository=STUDENT, student_package=own)))
+    assert cls.package == own
+
+
+def test_class_chapter_notebook_has_no_solution_dropdown() -> None:
+    settings = read_settings(ROOT)
+    open_nb = chapter_notebook(ROOT, "book/05-alibi", settings)
+    class_nb = chapter_notebook(ROOT, "book/05-alibi", settings, class_edition=True)
+    marker = "{only} not class_edition"
+    assert marker in open_nb and "Solution to exercise" in open_nb
+    assert marker not in class_nb and "Solution to exercise" not in class_nb
+    # only the dropdowns go: every code cell stays
+    assert [c["source"] for c in json.loads(class_nb)["cells"]
+            if c["cell_type"] == "code"] == [
+        c["source"] for c in json.loads(open_nb)["cells"] if c["cell_type"] == "code"]
 
 
 # --- mapping a link back to a repository path (independent of course_lib) --------

@@ -214,7 +214,7 @@ def published(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> Pat
 @pytest.mark.slow
 def test_publish_tree_holds_no_answer(published: Path) -> None:
     assert sorted(p.name for p in published.iterdir()) == [
-        "README.md", "dist", "html", "notebooks"]
+        "README.md", "binder", "book", "dist", "html", "notebooks"]
     assert (published / "html" / "index.html").is_file()
     wheels = list((published / "dist").glob("course_lib-*.whl"))
     assert len(wheels) == 1
@@ -235,6 +235,34 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
           f"{len(patterns)} patterns")
     assert searched > 50
     assert not hits, "answers in the published tree:\n" + "\n".join(hits[:40])
+
+
+@pytest.mark.slow
+def test_publish_tree_is_a_student_repository(published: Path) -> None:
+    """What the class edition's launch buttons open exists in the published tree, and
+    nothing in it points students at the instructor's repository."""
+    from course_lib.grading.launch import chapter_notebook_path, chapter_pages
+
+    for page in chapter_pages(ROOT):
+        nb = json.loads((published / chapter_notebook_path(page)).read_text())
+        first = "".join(nb["cells"][0]["source"])
+        assert "course-setup" in nb["cells"][0]["metadata"]["tags"], page
+        assert "COURSE_PACKAGE" in first
+        assert not any("{only} not class_edition" in "".join(c["source"])
+                       for c in nb["cells"])
+    (wheel,) = (published / "dist").glob("*.whl")
+    post = (published / "binder" / "postBuild").read_text()
+    assert f"dist/{wheel.name}" in post
+    assert (published / "binder" / "requirements.txt").read_text() == (
+        ROOT / "binder" / "requirements.txt").read_text()
+    # this repository's _config.yml names no student repository: no launch buttons
+    # (they would open the instructor's repository), and a download is the class
+    # edition of the chapter notebook
+    page = (published / "html" / "book" / "05-alibi.html").read_text()
+    for service in ("colab.research.google.com", "mybinder.org", "git-pull?"):
+        assert service not in page
+    download = published / "html" / "_sources" / "book" / "notebooks" / "05-alibi.ipynb"
+    assert "Solution to exercise" not in download.read_text()
 
 
 @pytest.mark.slow

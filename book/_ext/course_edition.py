@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 from sphinx.errors import ConfigError
+
+from course_lib.grading.launch import strip_open_only
 
 EDITIONS = ("open", "class")
 
@@ -31,19 +32,6 @@ def _set_edition(app, config) -> None:
     if edition == "class":
         app.tags.add("class_edition")
     config.html_context = {**(config.html_context or {}), "course_edition": edition}
-
-
-# An open-edition-only block as the chapters write it (MyST colon fence, any depth).
-ONLY_OPEN = re.compile(
-    r"^(?P<fence>:{3,})\{only\}\s+not\s+class_edition[ \t]*\n"
-    r".*?^(?P=fence)[ \t]*(?:\n|\Z)",
-    re.MULTILINE | re.DOTALL,
-)
-
-
-def strip_open_only(text: str) -> str:
-    """``text`` without its ``{only} not class_edition`` blocks."""
-    return ONLY_OPEN.sub("", text)
 
 
 def _strip_copies(app, exception) -> None:

@@ -29,15 +29,24 @@ Settings (``_config.yml``)::
       jupyterhub_url: ""     # empty: no JupyterHub button
       student_repository: "" # what the hub pulls (nbgitpuller): the class's public
       student_branch: main   # student repository, never the one holding solutions/
+
+The **class edition** (``COURSE_EDITION=class``, ``course publish``) launches from the
+student repository, never from the instructor's (private) one: its Binder, Colab and
+JupyterHub buttons open ``student_repository`` at the same paths (``course publish``
+writes ``book/notebooks/`` and ``notebooks/`` there), and its set-up cells install
+``student_package`` or else the student wheel that ``course publish`` puts in that
+repository's ``dist/``. Without ``student_repository`` the class edition has no launch
+buttons (:func:`class_settings`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -103,6 +112,7 @@ class LaunchSettings:
     student_repository: str = ""  # what the hub pulls: the class's student repository
     student_branch: str = "main"
     notebook_interface: str = "jupyterlab"
+    student_package: str = ""  # launch_buttons.student_package as written ("" = unset)
 
     @property
     def github(self) -> tuple[str, str]:
@@ -142,6 +152,7 @@ def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
         student_repository=str(launch.get("student_repository") or "").rstrip("/"),
         student_branch=str(launch.get("student_branch") or "main"),
         notebook_interface=str(launch.get("notebook_interface") or "jupyterlab"),
+        student_package=str(launch.get("student_package") or "").strip(),
     )
     settings.github  # noqa: B018  (fails early on a malformed repository URL)
     if settings.jupyterhub_url and not settings.student_repository:
@@ -158,6 +169,49 @@ def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
             f"(got {settings.notebook_interface!r})"
         )
     return settings
+
+
+def student_wheel_name() -> str:
+    """File name of the student wheel that ``course publish`` writes to ``dist/``."""
+    from importlib import metadata
+
+    return f"course_lib-{metadata.version('course_lib')}-py3-none-any.whl"
+
+
+def class_settings(settings: LaunchSettings) -> LaunchSettings | None:
+    """The launch settings of the class edition: the student repository (and branch)
+    in place of the instructor's, and the set-up cell installing ``student_package``,
+    or else the student wheel in the student repository's ``dist/``. ``None`` when no
+    ``student_repository`` is set: the class edition then has no launch buttons."""
+    if not settings.student_repository:
+        return None
+    org, repo = _github_parts(
+        settings.student_repository, "launch_buttons.student_repository"
+    )
+    package = settings.student_package or (
+        f"course_lib @ https://raw.githubusercontent.com/{org}/{repo}/"
+        f"{settings.student_branch}/dist/{student_wheel_name()}"
+    )
+    return replace(
+        settings,
+        repository=settings.student_repository,
+        branch=settings.student_branch,
+        package=package,
+    )
+
+
+# An open-edition-only block as the chapters write it (MyST colon fence, any depth):
+# the "Solution to exercise N" dropdowns, which the class edition leaves out.
+ONLY_OPEN = re.compile(
+    r"^(?P<fence>:{3,})\{only\}\s+not\s+class_edition[ \t]*\n"
+    r".*?^(?P=fence)[ \t]*(?:\n|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def strip_open_only(text: str) -> str:
+    """``text`` without its ``{only} not class_edition`` blocks."""
+    return ONLY_OPEN.sub("", text)
 
 
 def read_settings(root: str | Path) -> LaunchSettings | None:
@@ -279,9 +333,16 @@ def chapter_notebook_path(page: str) -> str:
     return f"{CHAPTER_NOTEBOOK_DIR}/{Path(page).name}.ipynb"
 
 
-def chapter_notebook(root: str | Path, page: str, settings: LaunchSettings) -> str:
+def chapter_notebook(
+    root: str | Path,
+    page: str,
+    settings: LaunchSettings,
+    *,
+    class_edition: bool = False,
+) -> str:
     """The text of the chapter notebook of ``page``: its MyST cells (jupytext), the
-    set-up cell in front, no outputs, stable cell ids."""
+    set-up cell in front, no outputs, stable cell ids. ``class_edition``: without the
+    open-edition-only blocks (the solution dropdowns)."""
     import jupytext
 
     nb = jupytext.read(Path(root) / f"{page}.md", fmt="md:myst")
@@ -296,6 +357,11 @@ def chapter_notebook(root: str | Path, page: str, settings: LaunchSettings) -> s
     data["nbformat"], data["nbformat_minor"] = 4, 5
     for i, cell in enumerate(data["cells"]):
         cell["id"] = f"cell-{i}"
+        if class_edition:
+            src = cell["source"]
+            joined = "".join(src) if isinstance(src, list) else src
+            if ONLY_OPEN.search(joined):
+                cell["source"] = strip_open_only(joined).splitlines(keepends=True)
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
     insert_setup_cell(data, settings)
@@ -393,12 +459,15 @@ def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
 
 def _page_context(app, pagename, templatename, context, doctree) -> None:
     """Point the launch buttons and the .ipynb download of a chapter at its committed
-    notebook (runs after sphinx-book-theme built its buttons)."""
-    settings = app.env.course_launch_settings
-    if settings is None or pagename not in app.env.course_launch_pages:
+    notebook (runs after sphinx-book-theme built its buttons). In the class edition
+    the buttons open the student repository (none without one) and the download is
+    the class edition of the chapter notebook."""
+    if pagename not in app.env.course_launch_pages:
         return
+    settings = app.env.course_launch_settings  # None: class edition, no student repo
+    class_edition = app.env.course_class_edition
     rel = chapter_notebook_path(pagename)
-    urls = launch_urls(settings, rel)
+    urls = launch_urls(settings, rel) if settings is not None else {}
     for group in context.get("header_buttons", []):
         if group.get("label") == "launch-buttons":
             kept = []
@@ -417,7 +486,13 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
             if button.get("label") == "download-notebook-button":
                 target = Path(app.outdir) / "_sources" / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(Path(app.srcdir) / rel, target)
+                if class_edition:
+                    target.write_text(chapter_notebook(
+                        app.srcdir, pagename, settings or app.env.course_open_settings,
+                        class_edition=True,
+                    ))
+                else:
+                    shutil.copyfile(Path(app.srcdir) / rel, target)
                 depth = pagename.count("/")
                 button["url"] = "../" * depth + f"_sources/{rel}"
 
@@ -425,7 +500,12 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
 def _builder_inited(app) -> None:
     root = Path(app.srcdir)
     settings = read_settings(root)
-    app.env.course_launch_settings = settings
+    class_edition = app.tags.has("class_edition")  # set by book/_ext/course_edition
+    app.env.course_class_edition = class_edition
+    app.env.course_open_settings = settings
+    app.env.course_launch_settings = (
+        class_settings(settings) if class_edition and settings else settings
+    )
     app.env.course_launch_pages = set(chapter_pages(root)) if settings else set()
     if settings is None:
         return

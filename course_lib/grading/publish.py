@@ -12,7 +12,16 @@ folder, ready to push to a public repository or a web server:
 * ``OUT/dist/``: the student wheel of
   :func:`course_lib.grading.edition.build_student_wheel` (exercise targets stubbed,
   hidden graders and the grading tool left out);
+* ``OUT/book/notebooks/``: the chapter notebooks that the class edition's launch
+  buttons open, without the solution dropdowns;
+* ``OUT/binder/``: the Binder environment of the student repository (CPU torch, then
+  the wheel of ``dist/``);
 * ``OUT/README.md``: what each folder is.
+
+``OUT`` is meant to become the class's public student repository
+(``launch_buttons.student_repository`` in ``_config.yml``): the class edition's launch
+buttons and set-up cells point there, never at the instructor's repository
+(:func:`course_lib.grading.launch.class_settings`).
 
 Nothing is read from ``solutions/``. The class build reuses the execution cache of the
 open build (``_build/.jupyter_cache``): chapters whose code did not change are not run
@@ -186,6 +195,57 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
         raise
 
 
+def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
+    """The chapter notebooks, the releases' set-up cells and ``binder/`` of the
+    student repository."""
+    from .launch import (
+        chapter_notebook,
+        chapter_notebook_path,
+        chapter_pages,
+        class_settings,
+        read_settings,
+        refresh_setup_cells,
+        student_wheel_name,
+    )
+
+    if wheel.name != student_wheel_name():
+        raise PublishError(
+            f"the student wheel is {wheel.name}, but the set-up cells would install "
+            f"{student_wheel_name()}; reinstall course_lib (pip install -e .) and "
+            "publish again"
+        )
+    settings = read_settings(root)
+    if settings is None:
+        raise PublishError(f"{root} has no _config.yml: it is not the course folder")
+    launch = class_settings(settings)
+    if launch is None:
+        log("note: launch_buttons.student_repository is not set in _config.yml, so "
+            "the class edition has no Binder/Colab/JupyterHub buttons")
+    else:
+        refresh_setup_cells(sorted((out / "notebooks").rglob("*.ipynb")), launch)
+    for page in chapter_pages(root):
+        path = out / chapter_notebook_path(page)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            chapter_notebook(root, page, launch or settings, class_edition=True),
+            encoding="utf-8",
+        )
+    binder = out / "binder"
+    binder.mkdir()
+    for name in ("runtime.txt", "requirements.txt"):
+        shutil.copyfile(root / "binder" / name, binder / name)
+    post = binder / "postBuild"
+    post.write_text(
+        "#!/bin/bash\n"
+        "# repo2docker runs this after binder/requirements.txt (CPU torch and the\n"
+        "# other dependencies): install the student package of dist/.\n"
+        "set -euo pipefail\n"
+        f"python -m pip install --no-cache-dir --no-deps dist/{wheel.name}\n",
+        encoding="utf-8",
+    )
+    post.chmod(0o755)
+
+
 def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
     html = out / "html"
     shutil.copytree(html_src, html, ignore=shutil.ignore_patterns(".buildinfo"))
@@ -195,8 +255,10 @@ def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
 
     log("building the student wheel ...")
     wheel = build_student_wheel(out / "dist")
+    _write_launch_files(out, root, wheel, log)
 
     checks = [(p, _BOOK_LEAKS) for p in _text_files(html)]
+    checks += [(p, _BOOK_LEAKS) for p in _text_files(out / "book")]
     checks += [(p, _NOTEBOOK_LEAKS) for p in _text_files(out / "notebooks")]
     for path, leaks in checks:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -213,7 +275,11 @@ def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
         "`html/index.html` or serve the folder.\n"
         "- `notebooks/`: the exercise notebooks; check one with "
         "`course check notebooks/<name>/<name>.ipynb`.\n"
-        f"- `dist/`: the student package: `pip install dist/{wheel.name}`.\n",
+        "- `book/notebooks/`: the chapters as notebooks (what the book's launch "
+        "buttons open).\n"
+        f"- `dist/`: the student package: `pip install dist/{wheel.name}`.\n"
+        "- `binder/`: the Binder environment (CPU torch, then the package of "
+        "`dist/`).\n",
         encoding="utf-8",
     )
     return PublishResult(out=out, html=html, notebooks=notebooks, wheel=wheel)
