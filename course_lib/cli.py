@@ -282,10 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "publish",
         help="write the student-facing tree of a class: the class edition of the book "
-        "(no solution listings), the release notebooks and the student wheel",
+        "(no solution listings), the release and chapter notebooks, the student "
+        "wheel and a Binder environment",
     )
     p.add_argument("out", type=Path, metavar="OUT",
-                   help="a new or empty folder (gets html/, notebooks/, dist/)")
+                   help="a new or empty folder (gets html/, notebooks/, book/notebooks/, "
+                   "dist/, binder/)")
     p.add_argument("--root", type=Path, metavar="DIR",
                    help="course folder (default: the nearest folder with _config.yml "
                    "and notebooks/ at or above the working directory)")
@@ -432,8 +434,11 @@ def _cmd_publish(args) -> int:
     pages = sum(1 for p in files if p.suffix == ".html" and result.html in p.parents)
     releases = sum(1 for p in result.notebooks if p.suffix == ".ipynb")
     print(f"  html/       class edition of the book ({pages} pages)")
+    chapters = len(list((result.out / "book" / "notebooks").glob("*.ipynb")))
     print(f"  notebooks/  {releases} release notebooks")
+    print(f"  book/notebooks/  {chapters} chapter notebooks (no solution dropdowns)")
     print(f"  dist/       {result.wheel.name}")
+    print("  binder/     Binder environment (CPU torch, then the wheel of dist/)")
     return 0
 
 
