@@ -286,8 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         "wheel and a Binder environment",
     )
     p.add_argument("out", type=Path, metavar="OUT",
-                   help="a new or empty folder (gets html/, notebooks/, book/notebooks/, "
-                   "dist/, binder/)")
+                   help="a new or empty folder (gets html/, notebooks/, "
+                   "book/notebooks/, dist/, binder/)")
     p.add_argument("--root", type=Path, metavar="DIR",
                    help="course folder (default: the nearest folder with _config.yml "
                    "and notebooks/ at or above the working directory)")
