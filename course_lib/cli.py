@@ -215,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="parallel workers (default: number of CPUs)",
     )
     p.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="grade on the Dask cluster whose scheduler is at ADDRESS (e.g. "
+        "tcp://10.0.0.5:8786), one task per submission, instead of in --jobs local "
+        "workers; see the instructor guide, 'Grading on a cluster'",
+    )
+    p.add_argument(
         "--timeout",
         type=_positive_float,
         default=600.0,
@@ -375,9 +383,18 @@ def _cmd_autograde(args) -> int:
     with course.gradebook(create=False, assignment=args.assignment) as gb:
         args.assignment = course.resolve_released(gb, args.assignment)
     limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
-    launcher, warning = grading_launcher(
-        course, unsafe=args.unsafe_no_sandbox, max_processes=args.max_processes
-    )
+    if args.cluster and not args.unsafe_no_sandbox:
+        from .grading.sandbox import SandboxLauncher, SandboxSettings
+
+        # each worker checks and builds its own sandbox (course_lib.grading.cluster)
+        launcher = SandboxLauncher(
+            SandboxSettings(max_processes=args.max_processes)
+        )
+        warning = None
+    else:
+        launcher, warning = grading_launcher(
+            course, unsafe=args.unsafe_no_sandbox, max_processes=args.max_processes
+        )
     if warning:
         print(f"course autograde: warning: {warning}", file=sys.stderr)
     options = AutogradeOptions(
@@ -388,6 +405,7 @@ def _cmd_autograde(args) -> int:
         force=args.force,
         students=args.student,
         progress=_progress_wanted(args),
+        cluster=args.cluster,
     )
     summary = autograde(course, args.assignment, options)
     lines = summary_lines(summary, limits_text(limits))

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -81,7 +82,9 @@ class AutogradeOptions:
     ``cell_timeout``: per-cell timeout in seconds (default: the assignment's entry of
     ``c.CourseTimeLimits.per_cell`` in nbgrader_config.py, see :func:`cell_time_limit`).
     ``force``: regrade submissions already graded. ``students``: only these.
-    ``progress``: show a progress bar on stderr.
+    ``progress``: show a progress bar on stderr. ``cluster``: the address of a Dask
+    scheduler (``tcp://host:8786``): grade there instead of in ``jobs`` local worker
+    processes (:mod:`course_lib.grading.cluster`).
     """
 
     jobs: int = 1
@@ -91,6 +94,7 @@ class AutogradeOptions:
     force: bool = False
     students: list[str] | None = None
     progress: bool = True
+    cluster: str | None = None
 
 
 @dataclass
@@ -446,7 +450,57 @@ def _private_config(spec: _WorkerSpec, private: Path):
     return config
 
 
-def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
+def grade_submission(
+    spec: _WorkerSpec, job: _Job, on_kernel: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Grade one submission: THE grading function, run by the local worker processes
+    (``--jobs``) and by the Dask task (``--cluster``,
+    :mod:`course_lib.grading.cluster`) alike.
+
+    ``spec`` and ``job`` name local paths (the template gradebook, the assignment's
+    source, the submission, a scratch folder); ``on_kernel`` is told the PID of each
+    kernel started. Returns what the parent merges: ``status`` ("graded" or
+    "ungradable"), ``reason``, ``wall_seconds``, and when graded ``grades``,
+    ``failures``, ``repairs`` and ``autograded`` (the folder of the graded
+    notebooks, inside ``private``: the private course folder, for the caller to
+    remove); ``log``: nbgrader's log of the run. Never raises for a submission: a
+    failure of the tool itself is reported as ungradable, with the traceback in the
+    log.
+    """
+    start = time.perf_counter()
+    try:
+        out = _grade(spec, job, on_kernel)
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        import traceback
+
+        traceback.print_exc()  # into workers.log (a local run)
+        detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        out = {
+            "status": "ungradable",
+            "reason": (
+                "the grading tool failed on this submission"
+                + (f" ({detail[:300]})" if detail else "")
+                + f"; the log reports/{spec.assignment}/logs/{job.student}.log "
+                "has the details"
+            ),
+            "log": traceback.format_exc(),
+        }
+    out["wall_seconds"] = time.perf_counter() - start
+    return out
+
+
+def worker_environment(threads: int) -> None:
+    """The environment of a grading worker, passed on to its kernels: ``threads``
+    threads for torch's and the BLAS libraries' pools, plots without a display."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ["MPLBACKEND"] = "Agg"
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+
+
+def _grade(
+    spec: _WorkerSpec, job: _Job, on_kernel: Callable[[int], None] | None
+) -> dict[str, Any]:
     from nbgrader.api import Gradebook
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -459,7 +513,7 @@ def _grade(spec: _WorkerSpec, job: _Job, conn: Connection) -> dict[str, Any]:
     context = KernelContext(
         limits=spec.limits,
         launcher=spec.launcher,
-        on_start=lambda pid: conn.send(("kernel", job.student, pid)),
+        on_start=on_kernel or (lambda pid: None),
     )
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     timer = None
@@ -556,32 +610,17 @@ def _worker_main(conn: Connection, spec: _WorkerSpec) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(spec.threads)
-    os.environ["MPLBACKEND"] = "Agg"
-    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    worker_environment(spec.threads)
     try:
         while True:
             job = conn.recv()
             if job is None:
                 break
-            start = time.perf_counter()
-            try:
-                out = _grade(spec, job, conn)
-            except Exception as exc:  # noqa: BLE001 - reported, never fatal
-                detail = next(
-                    (ln.strip() for ln in str(exc).splitlines() if ln.strip()), ""
-                )
-                out = {
-                    "status": "ungradable",
-                    "reason": (
-                        "the grading tool failed on this submission"
-                        + (f" ({detail[:300]})" if detail else "")
-                        + f"; the log reports/{spec.assignment}/logs/workers.log "
-                        "has the details"
-                    ),
-                }
-            out["wall_seconds"] = time.perf_counter() - start
+
+            def report_kernel(pid: int, student: str = job.student) -> None:
+                conn.send(("kernel", student, pid))
+
+            out = grade_submission(spec, job, report_kernel)
             conn.send(("done", job.student, out))
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
@@ -652,12 +691,33 @@ def autograde(
 ) -> AutogradeSummary:
     """Autograde every submission of ``assignment`` in ``course``; see the module
     docstring. Returns a summary; the gradebook holds the scores."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     options = options or AutogradeOptions()
     if options.jobs < 1:
         raise CourseError(f"--jobs must be at least 1, got {options.jobs}")
     t_start = time.perf_counter()
+    client = None
+    if options.cluster:
+        from .cluster import connect
+
+        # before anything is written: an unreachable scheduler leaves no trace
+        client = connect(options.cluster)
+    try:
+        return _autograde(course, assignment, options, client, t_start)
+    finally:
+        if client is not None:
+            from .cluster import disconnect
+
+            disconnect(client)
+
+
+def _autograde(
+    course: Course,
+    assignment: str,
+    options: AutogradeOptions,
+    client: Any,
+    t_start: float,
+) -> AutogradeSummary:
+    from nbgrader.api import Gradebook, MissingEntry
 
     with course.gradebook(create=False, assignment=assignment) as gb:
         known = [a.name for a in gb.assignments]
@@ -757,6 +817,7 @@ def autograde(
             log_dir,
             timeout,
             references,
+            client,
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -779,6 +840,7 @@ def _run(
     log_dir: Path,
     timeout: int | None,
     references: tuple = (),
+    client: Any = None,
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     queue: deque[_Job] = deque()
@@ -871,6 +933,11 @@ def _run(
             log_path=str(scratch / "workers.log"),
             references=references,
         )
+        if client is not None:
+            from .cluster import grade_on_cluster
+
+            grade_on_cluster(client, spec, list(queue), finish)
+            return outcomes
         gb.close()  # no open database connection may be inherited by a worker
         workers = [_Worker(ctx, spec, i) for i in range(n_workers)]
         gb = course.gradebook()

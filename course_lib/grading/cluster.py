@@ -1,0 +1,441 @@
+"""``course autograde --cluster``: grade on a Dask cluster, one task per submission.
+
+A class of thousands outgrows one machine. Dask distributed runs on an ad-hoc set of
+machines (``dask scheduler`` / ``dask worker``), on Slurm (dask-jobqueue) and on
+Kubernetes (dask-kubernetes), behind one client API; this module is its client side
+and the task its workers run.
+
+* **One grading function.** Each task calls
+  :func:`course_lib.grading.autograde.grade_submission`, the function the local
+  worker processes of ``--jobs`` call: same private course folder, same repairs,
+  same sandbox, same limits, same reasons.
+* **No shared file system.** What a run shares (the assignment's definition from the
+  gradebook, hidden tests included, and the assignment's non-notebook source files)
+  is scattered to the workers once; each task carries one submission's files. The
+  graded notebooks and the gradebook rows come back as data, and the client alone
+  merges them into the course gradebook (PostgreSQL for a class of that size;
+  SQLite works too) and writes ``autograded/``. Nothing else of the course folder
+  leaves the client.
+* **Same code on both sides.** Every task first compares the worker's ``course_lib``
+  (version and a hash of the installed package's files, :func:`library_fingerprint`)
+  with the client's; a worker with other code refuses, and the run stops with a
+  message that names the worker.
+* **The sandbox on the workers.** When the client grades in the sandbox, each worker
+  builds its own (bubblewrap, and the grading edition of ``course_lib`` written on
+  the worker); a worker that cannot refuses to grade without it.
+* **Faults.** A worker that dies mid-task loses its task to another worker (Dask
+  reschedules it); each submission's result is merged once, when its task
+  completes. A submission whose task killed several workers in turn is recorded as
+  ungradable. A scheduler that cannot be reached is one line of error before
+  anything is written. An interrupted client keeps what was merged; a re-run grades
+  the rest (the change check skips what was graded).
+
+A worker runs one grading at a time (the kernel set-up is per process): start
+workers with ``--nthreads 1`` and as many worker processes per machine as it has
+cores to spare (``--nworkers``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .course import CourseError
+
+__all__ = [
+    "connect",
+    "disconnect",
+    "grade_on_cluster",
+    "library_fingerprint",
+]
+
+# Seconds to wait for the scheduler to answer, and for a first worker to join.
+CONNECT_TIMEOUT = 20.0
+WORKER_WAIT = 60.0
+# A run with no worker left for this long stops (its results so far are kept).
+NO_WORKER_PATIENCE = 120.0
+
+_LOCK = threading.Lock()  # one grading per worker process at a time
+_WORKER_STATE: dict[str, Any] = {}
+
+
+# --------------------------------------------------------------------------------------
+# the library's identity
+
+
+@functools.lru_cache(maxsize=1)
+def library_fingerprint() -> str:
+    """``course_lib``'s version and a hash of the files of the installed package
+    (compiled files left out): two machines grade alike only when these agree.
+
+    >>> library_fingerprint().split()[0]
+    'course_lib'
+    """
+    import course_lib
+
+    base = Path(course_lib.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for file in sorted(base.rglob("*")):
+        rel = file.relative_to(base)
+        if not file.is_file() or "__pycache__" in rel.parts or file.suffix == ".pyc":
+            continue
+        digest.update(str(rel).encode())
+        digest.update(b"\0")
+        digest.update(file.read_bytes())
+        digest.update(b"\0")
+    return f"course_lib {_version()} (files {digest.hexdigest()[:16]})"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("course_lib")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# --------------------------------------------------------------------------------------
+# what travels
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+    """What every task of a run shares; scattered to the workers once."""
+
+    spec: Any  # autograde._WorkerSpec, its paths emptied
+    template_db: bytes  # the assignment's definition (gradebook), hidden tests too
+    source_files: tuple[tuple[str, bytes], ...]  # non-notebook files of the source
+    library: str  # the client's library_fingerprint()
+
+
+def _source_files(folder: Path) -> tuple[tuple[str, bytes], ...]:
+    """The assignment's source files that nbgrader copies next to a graded notebook
+    (the notebooks, with the solutions, stay on the client)."""
+    out = []
+    if folder.is_dir():
+        for file in sorted(folder.rglob("*")):
+            rel = file.relative_to(folder)
+            if (
+                file.is_file()
+                and file.suffix != ".ipynb"
+                and not any(part.startswith(".") for part in rel.parts)
+            ):
+                out.append((rel.as_posix(), file.read_bytes()))
+    return tuple(out)
+
+
+def _pack(folder: Path) -> tuple[tuple[str, str, bytes], ...]:
+    """Every file and symbolic link under ``folder``: (path, "file" or "link",
+    content or link target). A link stays a link (never what it points to: that
+    could be a file of the grader's)."""
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            out.append((rel, "link", os.readlink(path).encode()))
+        elif path.is_file():
+            out.append((rel, "file", path.read_bytes()))
+    return tuple(out)
+
+
+def _unpack(entries, folder: Path) -> None:
+    from pathlib import PurePosixPath
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel, kind, data in entries:
+        parts = PurePosixPath(rel).parts
+        if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+            raise ValueError(f"a file name leads outside its folder: {rel}")
+        target = folder.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "link":
+            os.symlink(data.decode(), target)
+        else:
+            target.write_bytes(data)
+
+
+# --------------------------------------------------------------------------------------
+# the worker side
+
+
+def _worker_launcher(launcher):
+    """The launcher this worker grades with: the client's, with a grading edition
+    of this worker's ``course_lib`` when it is the sandbox (written once per worker
+    process); or the reason this worker cannot build the sandbox."""
+    from .sandbox import SandboxLauncher, sandbox_problem
+
+    if not isinstance(launcher, SandboxLauncher):
+        return launcher, None
+    key = ("sandbox", launcher.settings)
+    if key not in _WORKER_STATE:
+        from .sandbox import _grading_edition, _precompile
+
+        problem = sandbox_problem(launcher)
+        if problem is not None:
+            _WORKER_STATE[key] = (None, problem)
+        else:
+            _precompile()
+            edition, full = _grading_edition()
+            settings = dataclasses.replace(
+                launcher.settings,
+                library_edition=edition,
+                full_library_assignments=full,
+            )
+            _WORKER_STATE[key] = (SandboxLauncher(settings), None)
+    return _WORKER_STATE[key]
+
+
+def _scratch_root() -> Path:
+    """This worker's working folder (its ``--local-directory``), else a temporary
+    folder."""
+    try:
+        from distributed import get_worker
+
+        base = Path(get_worker().local_directory)
+    except (ImportError, ValueError):
+        base = Path(tempfile.gettempdir())
+    folder = base / "course-autograde"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        import socket
+
+        return socket.gethostname()
+
+
+def _threads() -> int:
+    try:
+        from distributed import get_worker
+
+        nthreads = get_worker().state.nthreads
+    except (ImportError, ValueError, AttributeError):
+        nthreads = 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    return max(1, cpus // max(1, nthreads))
+
+
+def grade_task(
+    shared: _Shared,
+    student: str,
+    files: tuple[tuple[str, str, bytes], ...],
+    extension_seconds: float | None,
+) -> dict[str, Any]:
+    """The Dask task: grade one submission on this worker with
+    :func:`~course_lib.grading.autograde.grade_submission`. Returns its result with
+    the graded notebooks as data (``autograded_files``), or ``refused`` (why this
+    worker does not grade at all)."""
+    from .autograde import _Job, grade_submission, worker_environment
+
+    mine = library_fingerprint()
+    if mine != shared.library:
+        return {
+            "refused": (
+                f"the worker {_worker_name()} has {mine}, the client {shared.library}; "
+                "install the same course_lib on every worker (pip install of the "
+                "same version or commit) and restart the workers"
+            )
+        }
+    with _LOCK:
+        launcher, problem = _worker_launcher(shared.spec.launcher)
+        if problem is not None:
+            return {
+                "refused": (
+                    f"the worker {_worker_name()} cannot build the grading sandbox: "
+                    f"{problem}. Install bubblewrap and allow unprivileged user "
+                    "namespaces there (see the instructor guide, 'Grading on a "
+                    "cluster'), or take that worker out of the cluster"
+                )
+            }
+        scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root()))
+        try:
+            template = scratch / "template.db"
+            template.write_bytes(shared.template_db)
+            source = scratch / "source" / shared.spec.assignment
+            _unpack([(rel, "file", data) for rel, data in shared.source_files], source)
+            submission = scratch / "submission" / student / shared.spec.assignment
+            _unpack(files, submission)
+            threads = _threads()
+            spec = dataclasses.replace(
+                shared.spec,
+                template_db=str(template),
+                source_assignment_dir=str(source),
+                scratch=str(scratch),
+                launcher=launcher,
+                threads=threads,
+                log_path=os.devnull,
+            )
+            worker_environment(threads)
+            out = grade_submission(
+                spec, _Job(student, str(submission), extension_seconds)
+            )
+            autograded = out.pop("autograded", None)
+            out.pop("private", None)
+            if autograded is not None:
+                out["autograded_files"] = _pack(Path(autograded))
+            out["worker"] = _worker_name()
+            return out
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# the client side
+
+
+def connect(address: str):
+    """A Dask client of the scheduler at ``address`` with at least one worker, or a
+    :class:`~course_lib.grading.course.CourseError` that says what is wrong."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise CourseError(
+            "grading on a cluster needs Dask (dask and distributed), part of "
+            "course_lib[grading]; install it with pip install 'course_lib[grading]'"
+        ) from None
+    import logging
+
+    # the client's own reconnection messages would repeat what the error says
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CourseError(
+            f"cannot reach the Dask scheduler at {address} ({detail[:200]}); start it "
+            "with `dask scheduler` and check the address and the firewall; nothing "
+            "was graded or written"
+        ) from None
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT)
+    except (OSError, TimeoutError) as exc:
+        with contextlib.suppress(Exception):
+            client.close()
+        raise CourseError(
+            f"the Dask scheduler at {address} has no worker (waited "
+            f"{WORKER_WAIT:g} s); start some with `dask worker {address} --nthreads 1`;"
+            " nothing was graded or written"
+        ) from exc
+    return client
+
+
+def disconnect(client) -> None:
+    with contextlib.suppress(Exception):
+        client.close(timeout=10)
+
+
+def _lost_reason(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if name == "KilledWorker":
+        return (
+            "the grading worker died on this submission, again on every worker that "
+            "took it over"
+        )
+    detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"the cluster failed on this submission ({name}: {detail[:200]})"
+
+
+def grade_on_cluster(
+    client,
+    spec,
+    jobs: list,
+    finish: Callable[[Any, dict[str, Any]], None],
+) -> None:
+    """Grade ``jobs`` (:class:`~course_lib.grading.autograde._Job`) on the cluster
+    of ``client`` under ``spec`` (the local run's worker spec); ``finish(job, out)``
+    merges each result as it arrives, exactly once per job."""
+    from concurrent.futures import CancelledError
+
+    shared = _Shared(
+        spec=dataclasses.replace(
+            spec, template_db="", source_assignment_dir="", scratch="", log_path=""
+        ),
+        template_db=Path(spec.template_db).read_bytes(),
+        source_files=_source_files(Path(spec.source_assignment_dir)),
+        library=library_fingerprint(),
+    )
+    shared_future = client.scatter(shared, broadcast=True, hash=False)
+    run = os.urandom(4).hex()
+    futures = {}
+    for job in jobs:
+        future = client.submit(
+            grade_task,
+            shared_future,
+            job.student,
+            _pack(Path(job.submission)),
+            job.extension_seconds,
+            key=f"autograde-{spec.assignment}-{job.student}-{run}",
+            pure=False,
+        )
+        futures[future] = job
+    returned = Path(spec.scratch) / "returned"
+    done: set[str] = set()
+    try:
+        pending = dict(futures)
+        without_workers: float | None = None
+        while pending:
+            batch = [f for f in pending if f.done()]
+            for future in batch:
+                del pending[future]
+            if not batch:
+                if not client.scheduler_info().get("workers"):
+                    without_workers = without_workers or time.monotonic()
+                    if time.monotonic() - without_workers > NO_WORKER_PATIENCE:
+                        raise CourseError(
+                            f"no Dask worker left for {NO_WORKER_PATIENCE:g} s; "
+                            f"{len(done)} of {len(jobs)} submissions were graded and "
+                            "kept; start workers and run the command again to grade "
+                            "the rest"
+                        )
+                else:
+                    without_workers = None
+                time.sleep(0.2)
+                continue
+            for future in batch:
+                job = futures[future]
+                if job.student in done:  # never merged twice
+                    continue
+                try:
+                    out = future.result()
+                except (CancelledError, OSError) as exc:
+                    raise CourseError(
+                        f"lost the Dask scheduler ({type(exc).__name__}); "
+                        f"{len(done)} of {len(jobs)} submissions were graded and "
+                        "kept; run the command again to grade the rest"
+                    ) from None
+                except Exception as exc:  # noqa: BLE001 - a task failure: recorded
+                    out = {"status": "ungradable", "reason": _lost_reason(exc)}
+                if "refused" in out:
+                    raise CourseError(out["refused"])
+                files = out.pop("autograded_files", None)
+                if files is not None:
+                    folder = returned / job.student
+                    _unpack(files, folder)
+                    out["autograded"] = str(folder)
+                    out["private"] = str(folder)
+                done.add(job.student)
+                finish(job, out)
+    finally:
+        left = [f for f, job in futures.items() if job.student not in done]
+        if left:
+            with contextlib.suppress(Exception):
+                client.cancel(left, force=True)
+        with contextlib.suppress(Exception):
+            client.cancel([shared_future], force=True)
