@@ -38,6 +38,7 @@ cores to spare (``--nworkers``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -59,8 +60,9 @@ __all__ = [
     "library_fingerprint",
 ]
 
-# Seconds to wait for the scheduler to answer, and for a first worker to join.
-CONNECT_TIMEOUT = 20.0
+# Seconds to wait for a first worker to join. How long to wait for the scheduler to
+# answer is Dask's own setting, distributed.comm.timeouts.connect (30 s; in the
+# environment: DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s).
 WORKER_WAIT = 60.0
 # A run with no worker left for this long stops (its results so far are kept).
 NO_WORKER_PATIENCE = 120.0
@@ -314,8 +316,12 @@ def connect(address: str):
 
     # the client's own reconnection messages would repeat what the error says
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    import dask
+    from dask.utils import parse_timedelta
+
+    timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
     try:
-        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        client = Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CourseError(
@@ -333,7 +339,35 @@ def connect(address: str):
             f"{WORKER_WAIT:g} s); start some with `dask worker {address} --nthreads 1`;"
             " nothing was graded or written"
         ) from exc
+    # every worker there now runs the client's course_lib (a worker that joins later
+    # is checked by each of its tasks)
+    try:
+        theirs = client.run(_worker_fingerprint)
+    except Exception as exc:  # noqa: BLE001 - any failure here stops the run
+        with contextlib.suppress(Exception):
+            client.close()
+        raise CourseError(
+            f"could not ask the Dask workers at {address} for their course_lib "
+            f"({type(exc).__name__}: {str(exc)[:200]}); nothing was graded or written"
+        ) from None
+    mine = library_fingerprint()
+    other = {worker: fp for worker, fp in theirs.items() if fp != mine}
+    if other:
+        with contextlib.suppress(Exception):
+            client.close()
+        worker, fp = sorted(other.items())[0]
+        more = f" (and {len(other) - 1} more)" if len(other) > 1 else ""
+        raise CourseError(
+            f"the worker {worker}{more} has {fp}, this client {mine}: the workers must "
+            "grade with the same code; install the same course_lib on every worker "
+            "and restart them. Nothing was graded or written"
+        )
     return client
+
+
+def _worker_fingerprint() -> str:
+    """Run on each worker by :func:`connect` (by reference: the worker's own code)."""
+    return library_fingerprint()
 
 
 def disconnect(client) -> None:
@@ -363,9 +397,19 @@ def grade_on_cluster(
     merges each result as it arrives, exactly once per job."""
     from concurrent.futures import CancelledError
 
+    # the course's gradebook URL (a password, perhaps) and folder stay here: each
+    # worker grades in its private course folder (autograde._private_config)
+    config = copy.deepcopy(spec.config)
+    config.CourseDirectory.db_url = "sqlite://"
+    config.CourseDirectory.root = ""
     shared = _Shared(
         spec=dataclasses.replace(
-            spec, template_db="", source_assignment_dir="", scratch="", log_path=""
+            spec,
+            config=config,
+            template_db="",
+            source_assignment_dir="",
+            scratch="",
+            log_path="",
         ),
         template_db=Path(spec.template_db).read_bytes(),
         source_files=_source_files(Path(spec.source_assignment_dir)),
