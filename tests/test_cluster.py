@@ -1,0 +1,463 @@
+"""``course autograde --cluster`` on a real Dask cluster on 127.0.0.1.
+
+A scheduler and two workers run as separate processes (``dask scheduler``,
+``dask worker --no-nanny``: the worker's PID is the process that grades), each
+worker in its own working folder; the course folder is never shown to them. Twelve
+ex05_alibi submissions of the synthetic class of ``tests/test_e2e_class.py`` (right,
+wrong, hostile, ungradable) are graded on the cluster and by the local ``--jobs 2``
+run; every score, cell grade, status, reason and failure must agree. Then the faults:
+a worker killed by its PID mid-run, an unreachable scheduler, an interrupted client,
+a worker with other code; and the PostgreSQL gradebook of ``tests/test_postgres.py``
+(4 submissions and a killed worker, to keep the cost down).
+
+Run with ``-s`` to see the transcript of the fault tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_e2e_class import CELLS, A, _build_class, _expected_total
+from test_postgres import postgres_url  # noqa: F401 - the fixture, reused
+
+from course_lib.grading.synthetic import scratch_course
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+DASK = Path(sys.executable).with_name("dask")
+# the 12 of the e2e class that run in seconds: right, wrong, repaired, hostile
+# (os._exit, a 200 GB allocation, delegating to the library), ungradable
+STUDENTS = (
+    "correct",
+    "partial",
+    "positive_bias",
+    "pow2_slopes",
+    "stub",
+    "syntax_error",
+    "exit",
+    "hog_torch",
+    "deleted_tests",
+    "edited_tests",
+    "not_json",
+    "uses_reference",
+)
+PG_STUDENTS = ("correct", "partial", "exit", "not_json")
+LIMITS = ("--cell-timeout", "15", "--timeout", "45", "--memory", "2G")
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _course(*args: str, cwd: Path, db: str | None = None, **kw):
+    extra = ["--db", db] if db else []
+    return subprocess.run(
+        [sys.executable, "-m", "course_lib.cli", *args, *extra],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kw,
+    )
+
+
+class Cluster:
+    """A scheduler and named workers, each a process of its own."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        self.workers: dict[str, subprocess.Popen] = {}
+        log = (base / "scheduler.log").open("w")
+        self.scheduler = subprocess.Popen(
+            [DASK, "scheduler", "--host", "127.0.0.1", "--no-dashboard"]
+            + ["--port", self.address.rsplit(":", 1)[1]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=base,
+        )
+        from distributed import Client
+
+        self.client = Client(self.address, timeout=60, set_as_default=False)
+
+    def start(self, name: str) -> None:
+        folder = self.base / name
+        folder.mkdir(exist_ok=True)
+        log = (folder / "worker.log").open("a")
+        self.workers[name] = subprocess.Popen(
+            [DASK, "worker", self.address, "--name", name, "--nthreads", "1"]
+            + ["--no-nanny", "--no-dashboard", "--local-directory", str(folder)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+        )
+
+    def wait(self, n: int) -> None:
+        self.client.wait_for_workers(n, timeout=120)
+
+    def address_of(self, name: str) -> str:
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        return next(a for a, w in info.items() if w.get("name") == name)
+
+    def ensure(self) -> None:
+        """Both workers up (a test may have killed one)."""
+        for name in ("w1", "w2"):
+            if name not in self.workers or self.workers[name].poll() is not None:
+                self.start(name)
+        self.wait(2)
+
+    def stop(self) -> None:
+        self.client.close()
+        for proc in [*self.workers.values(), self.scheduler]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers.values(), self.scheduler]:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if not DASK.exists():
+        pytest.fail("the dask command is missing: pip install 'course_lib[grading]'")
+    c = Cluster(tmp_path_factory.mktemp("dask"))
+    try:
+        c.ensure()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    """A released ex05 course with the 12 submissions collected, and what each
+    student should get (``tests/test_e2e_class.py``'s table)."""
+    tmp = tmp_path_factory.mktemp("class")
+    course = scratch_course(tmp / "course", ROOT, [A])
+    assert _course("release", A, cwd=course.root).returncode == 0
+    inbox = tmp / "inbox"
+    expected = _build_class(course.root, inbox)
+    for path in inbox.iterdir():
+        if path.name.removesuffix(f"_{A}.ipynb") not in STUDENTS:
+            path.unlink()
+    out = _course("collect", str(inbox), "--assignment", A, cwd=course.root)
+    assert out.returncode == 0, out.stderr
+    return course.root, inbox, {s: expected[s] for s in STUDENTS}
+
+
+def _copy(released, dest: Path) -> Path:
+    shutil.copytree(released[0], dest)
+    return dest
+
+
+def _results(root: Path, db: str | None = None) -> dict[str, tuple]:
+    """student -> (status, reason, score, max score, failures, grade per cell),
+    each from the gradebook, with the number of submissions, notebooks and grades
+    it holds for the student (each must be exactly one, one, four)."""
+    from course_lib.grading.course import Course
+    from course_lib.grading.gradebook import read_status
+
+    with Course(root, db_url=db).gradebook() as gb:
+        status = read_status(gb, A)
+        subs = [s for s in gb.assignment_submissions(A)]
+        counts: dict[str, int] = {}
+        for sub in subs:
+            counts[sub.student.id] = counts.get(sub.student.id, 0) + 1
+        out = {}
+        for sub in subs:
+            row = status[sub.student.id]
+            grades = {g.name: g.score for nb in sub.notebooks for g in nb.grades}
+            n_grades = sum(len(nb.grades) for nb in sub.notebooks)
+            out[sub.student.id] = (
+                row.status,
+                row.reason,
+                row.score,
+                row.max_score,
+                row.failures,
+                tuple(grades.get(c) for c in CELLS),
+                (counts[sub.student.id], len(sub.notebooks), n_grades),
+            )
+    assert set(out) == set(status), "a status row without a submission, or back"
+    return out
+
+
+def _table(stdout: str) -> list[str]:
+    """The result table without its first line (which has the wall time)."""
+    lines = stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{A}: "))
+    return [ln for ln in lines[start + 1 :] if not ln.startswith("kernels: ")]
+
+
+@pytest.fixture(scope="module")
+def local_run(released, tmp_path_factory):
+    root = _copy(released, tmp_path_factory.mktemp("local") / "course")
+    out = _course("autograde", A, "--jobs", "2", "--no-progress", *LIMITS, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = _results(root)
+    # the reference itself agrees with the e2e table (derived there per case)
+    expected = released[2]
+    for student, expect in expected.items():
+        assert results[student][2] == _expected_total(expect), (student, results)
+        want = "ungradable" if "ungradable" in expect else "graded"
+        assert results[student][0] == want, (student, results[student])
+    return results, _table(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def cluster_run(released, cluster, local_run, tmp_path_factory):
+    root = _copy(released, tmp_path_factory.mktemp("on-cluster") / "course")
+    cluster.ensure()
+    out = _course(
+        "autograde", A, "--cluster", cluster.address, "--no-progress", *LIMITS, cwd=root
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return root, out
+
+
+def test_cluster_grades_exactly_like_local_jobs(cluster_run, local_run, cluster):
+    root, out = cluster_run
+    results, table = local_run
+    assert f"{len(STUDENTS)} submissions" in out.stdout
+    assert _results(root) == results
+    assert _table(out.stdout) == table
+    for student, row in results.items():
+        graded = root / "autograded" / student / A / f"{A}.ipynb"
+        assert graded.is_file() == (row[0] == "graded"), student
+        assert row[6] == (1, 1, len(CELLS)), (student, row[6])
+    # the course folder never reached a worker: no worker folder holds a file of it
+    for name in ("w1", "w2"):
+        leftovers = list((cluster.base / name).glob("**/*.ipynb"))
+        assert not leftovers
+
+
+def test_rerun_on_the_cluster_skips_and_force_regrades(cluster_run, cluster):
+    root, _ = cluster_run
+    before = _results(root)
+    again = _course(
+        "autograde", A, "--cluster", cluster.address, "--no-progress", *LIMITS, cwd=root
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{len(STUDENTS)} unchanged" in again.stdout
+    forced = _course(
+        "autograde", A, "--cluster", cluster.address, "--no-progress", *LIMITS,
+        "--student", "correct", "--student", "exit", "--force", cwd=root,
+    )  # fmt: skip
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert "2 submissions, 1 graded, 1 ungradable, 0 unchanged" in forced.stdout
+    after = _results(root)
+    assert after == before
+
+
+def _busy_students(cluster: Cluster, name: str) -> list[str]:
+    """The students whose tasks the worker ``name`` holds now."""
+    tasks = cluster.client.processing().get(cluster.address_of(name), [])
+    return [str(k).split(f"autograde-{A}-", 1)[1].rsplit("-", 1)[0] for k in tasks]
+
+
+def _kill_mid_task(cluster: Cluster, name: str, timeout: float = 300) -> list[str]:
+    """Wait until worker ``name`` grades (a kernel runs under it), kill it with
+    SIGKILL by its PID; the students it held."""
+    import psutil
+
+    proc = cluster.workers[name]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = _busy_students(cluster, name)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        if held and children:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            _log(f"killed worker {name} (pid {proc.pid}) while it held {held}")
+            return held
+        time.sleep(0.1)
+    raise AssertionError(f"worker {name} never started grading")
+
+
+def _graded_once(root: Path, reference: dict, students, db: str | None = None):
+    results = _results(root, db)
+    assert sorted(results) == sorted(students)
+    for student in students:
+        assert results[student][6] == (1, 1, len(CELLS)), (student, results[student])
+        assert results[student][:6] == reference[student][:6], student
+    return results
+
+
+def test_a_worker_killed_mid_run(released, cluster, local_run, tmp_path):
+    root = _copy(released, tmp_path / "course")
+    cluster.ensure()
+    _log(f"grading {len(STUDENTS)} submissions on {cluster.address}, workers w1 w2")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
+        + ["--cluster", cluster.address, *LIMITS],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    held = _kill_mid_task(cluster, "w1")
+    stdout, stderr = run.communicate(timeout=600)
+    _log(f"course autograde exited with {run.returncode}")
+    for line in stdout.splitlines():
+        _log(f"  | {line}")
+    assert run.returncode == 0, stderr[-3000:]
+    results = _graded_once(root, local_run[0], STUDENTS)
+    for student in held:  # retried on the other worker, graded as locally
+        _log(f"{student} (held by the killed worker): {results[student][:4]}")
+    assert _table(stdout) == local_run[1]  # each student listed once, as locally
+
+
+def test_unreachable_scheduler_one_line_and_nothing_written(released, tmp_path):
+    root = _copy(released, tmp_path / "course")
+    db = root / "gradebook.db"
+    before = (hashlib.sha256(db.read_bytes()).hexdigest(), sorted(root.rglob("*")))
+    port = _free_port()  # nobody listens there
+    out = _course(
+        "autograde", A, "--cluster", f"tcp://127.0.0.1:{port}", cwd=root,
+        env={**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"},
+    )  # fmt: skip
+    _log(f"unreachable scheduler: exit {out.returncode}, stderr {out.stderr!r}")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(
+        f"course autograde: error: cannot reach the Dask scheduler at "
+        f"tcp://127.0.0.1:{port}"
+    )
+    assert "nothing was graded or written" in lines[0]
+    after = (hashlib.sha256(db.read_bytes()).hexdigest(), sorted(root.rglob("*")))
+    assert after == before
+
+
+def _status_count(root: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(root / "gradebook.db") as con:
+        try:
+            return con.execute(
+                "SELECT count(*) FROM course_autograde_status WHERE status != ''"
+            ).fetchone()[0]
+        except sqlite3.OperationalError:  # no table yet
+            return 0
+
+
+def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
+    released, cluster, local_run, tmp_path
+):
+    root = _copy(released, tmp_path / "course")
+    cluster.ensure()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
+        + ["--cluster", cluster.address, *LIMITS],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while _status_count(root) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    stdout, stderr = run.communicate(timeout=120)
+    _log(f"Ctrl-C: exit {run.returncode}, stderr tail {stderr.strip()[-200:]!r}")
+    assert run.returncode == 130, stderr[-3000:]
+    assert "course autograde: interrupted" in stderr
+    kept = _results(root)
+    _log(f"kept after the interrupt: {len(kept)} of {len(STUDENTS)}")
+    assert 4 <= len(kept) < len(STUDENTS)
+    for student, row in kept.items():
+        assert row[:6] == local_run[0][student][:6], student
+    # no task of the interrupted run is left on the cluster
+    deadline = time.monotonic() + 60
+    while any(cluster.client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(cluster.client.processing().values())
+    rerun = _course(
+        "autograde", A, "--cluster", cluster.address, "--no-progress", *LIMITS, cwd=root
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _log(f"re-run: {rerun.stdout.splitlines()[0]}")
+    assert f"{len(kept)} unchanged since the last run" in rerun.stdout
+    graded = len(STUDENTS) - len(kept)
+    first = rerun.stdout.splitlines()[0]
+    done = sum(
+        int(first.split(f" {w}")[0].rsplit(" ", 1)[1]) for w in ("graded", "ungradable")
+    )
+    assert done == graded, first
+    _graded_once(root, local_run[0], STUDENTS)
+
+
+def test_a_worker_with_other_code_refuses(released, cluster, tmp_path, monkeypatch):
+    from course_lib.grading import cluster as cluster_mod
+    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.course import Course, CourseError
+    from course_lib.grading.kernel import RlimitLauncher
+
+    root = _copy(released, tmp_path / "course")
+    cluster.ensure()
+    before = sorted(root.rglob("*"))
+    other = "course_lib 0.0.1 (files 0123456789abcdef)"
+    monkeypatch.setattr(cluster_mod, "library_fingerprint", lambda: other)
+    options = AutogradeOptions(
+        launcher=RlimitLauncher(), cluster=cluster.address, progress=False
+    )
+    with pytest.raises(CourseError) as info:
+        autograde(Course(root), A, options)
+    message = str(info.value)
+    _log(f"other code: {message}")
+    assert message.startswith("the worker tcp://127.0.0.1:")
+    assert f"this client {other}" in message
+    assert "install the same course_lib on every worker" in message
+    assert sorted(root.rglob("*")) == before
+
+
+def test_postgresql_gradebook_with_a_killed_worker(
+    postgres_url,  # noqa: F811 - the fixture of test_postgres.py
+    released,
+    cluster,
+    local_run,
+    tmp_path,
+):
+    root = scratch_course(tmp_path / "course", ROOT, [A]).root
+    assert _course("release", A, cwd=root, db=postgres_url).returncode == 0
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for student in PG_STUDENTS:
+        name = f"{student}_{A}.ipynb"
+        shutil.copyfile(released[1] / name, inbox / name)
+    out = _course("collect", str(inbox), "-a", A, cwd=root, db=postgres_url)
+    assert out.returncode == 0, out.stderr
+    cluster.ensure()
+    _log(f"PostgreSQL gradebook: grading {PG_STUDENTS} on {cluster.address}")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
+        + ["--cluster", cluster.address, "--db", postgres_url, *LIMITS],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _kill_mid_task(cluster, "w2")
+    stdout, stderr = run.communicate(timeout=600)
+    _log(f"course autograde exited with {run.returncode}: {stdout.splitlines()[:1]}")
+    assert run.returncode == 0, stderr[-3000:]
+    _graded_once(root, local_run[0], PG_STUDENTS, db=postgres_url)
+    assert not (root / "gradebook.db").exists()
