@@ -3,6 +3,7 @@
 
     python -m benchmarks.bench_autograde                  # 8 submissions of ex05
     python -m benchmarks.bench_autograde --submissions 16 --jobs 2 --rounds 2
+    python -m benchmarks.bench_autograde --only-cluster   # --cluster against --jobs
 
 A scratch course with ex05_alibi is released once and given ``--submissions``
 synthetic submissions (right answers, a wrong sign, untouched stubs, in turn). Each
@@ -107,6 +108,106 @@ def _startup(env: dict[str, str], repeat: int = 3) -> float:
     return statistics.median(times)
 
 
+def _cluster_rows(
+    tmp: Path, base: Path, expected: dict[str, float], jobs: int, env: dict[str, str]
+) -> list[str]:
+    """``course autograde --cluster`` on a scheduler and two workers started here
+    (``dask scheduler``, ``dask worker --nthreads 1``, each in its own folder), against
+    ``course autograde --jobs {jobs}`` on the same submissions: the report's rows,
+    and the overhead per submission the cluster path adds. The first cluster run
+    meets freshly started workers (each writes its grading edition of course_lib
+    once); the second meets them warm, as a term's later runs do."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    dask = str(BIN / "dask")
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--no-dashboard", "--port"]
+            + [address.rsplit(":", 1)[1]],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    ]
+    try:
+        from distributed import Client
+
+        with Client(address, timeout=60, set_as_default=False) as client:
+            for name in ("w1", "w2"):
+                folder = tmp / "dask" / name
+                folder.mkdir(parents=True)
+                procs.append(
+                    subprocess.Popen(
+                        [dask, "worker", address, "--nthreads", "1", "--name", name]
+                        + ["--no-dashboard", "--local-directory", str(folder)],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        cwd=folder,
+                        env=env,
+                    )
+                )
+            client.wait_for_workers(2, timeout=120)
+        course = [str(BIN / "course"), "autograde", A, "--force", "--no-progress"]
+        runs = [
+            (f"course autograde --jobs {jobs} (sandboxed)", [*course, "--jobs"]),
+            ("course autograde --cluster, 2 new workers", [*course, "--cluster"]),
+            ("course autograde --cluster, 2 warm workers", [*course, "--cluster"]),
+        ]
+        walls = {}
+        for name, cmd in runs:
+            work = tmp / f"cluster-{len(walls)}"
+            shutil.copytree(base, work)
+            _log(f"{name}")
+            cmd = [*cmd, str(jobs) if cmd[-1] == "--jobs" else address]
+            walls[name] = _timed(cmd, work, env)[0]
+            got = _scores(work)
+            if got != expected:
+                raise RuntimeError(f"{name} gave {got}, expected {expected}")
+            shutil.rmtree(work)
+    finally:
+        for proc in procs[::-1]:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    n = len(expected)
+    local = walls[runs[0][0]]
+    lines = [
+        "",
+        f"The cluster path on this machine: a Dask scheduler and 2 workers "
+        f"(`dask worker --nthreads 1`) on 127.0.0.1 against `--jobs {jobs}`, the same "
+        f"{n} submissions; both gradebooks agree with the expected scores. The "
+        "workers were started before the timed commands.",
+        "",
+        "| command | wall (s) | wall per submission (s) | overhead per submission "
+        f"vs --jobs {jobs} (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, _ in runs:
+        wall = walls[name]
+        lines.append(
+            f"| {name} | {wall:.1f} | {wall / n:.2f} | {(wall - local) / n:+.2f} |"
+        )
+    lines += [
+        "",
+        "The overhead is what Dask adds per submission (shipping the submission and "
+        "the graded notebook, scheduling, the client's merge), spread over the "
+        "workers; with new workers it includes each worker's one-time set-up (its "
+        "sandbox check and grading edition).",
+    ]
+    if any(walls[name] < local for name, _ in runs[1:]):
+        lines[-1] += (
+            " A negative overhead: the workers had nbgrader and the grading edition "
+            "loaded already, which a --jobs run loads again at every start, and that "
+            "saved more than Dask added."
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_autograde",
@@ -120,6 +221,16 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="repetitions of each measurement (median reported)",
+    )
+    ap.add_argument(
+        "--no-cluster",
+        action="store_true",
+        help="leave out the cluster rows (course autograde --cluster)",
+    )
+    ap.add_argument(
+        "--only-cluster",
+        action="store_true",
+        help="only the cluster rows (course autograde --cluster against --jobs)",
     )
     args = ap.parse_args(argv)
 
@@ -142,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             without = dict(env, PYTHONPATH=str(shadow.parent))
 
+        if args.only_cluster:
+            print("\n".join(_cluster_rows(tmp, base, expected, args.jobs, without)))
+            return 0
         nbgrader = [str(BIN / "nbgrader"), "autograde", A, "--force"]
         course = [
             str(BIN / "course"),
@@ -230,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                 "difference of a few seconds is within the noise of a shared "
                 "machine).",
             ]
+        if not args.no_cluster:
+            lines += _cluster_rows(tmp, base, expected, args.jobs, without)
         print("\n".join(lines))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
