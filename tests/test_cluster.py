@@ -123,7 +123,10 @@ class Cluster:
         self.wait(2)
 
     def stop(self) -> None:
-        self.client.close()
+        try:
+            self.client.close(timeout=10)
+        except Exception:  # noqa: BLE001 - its scheduler may be gone (a test)
+            pass
         for proc in [*self.workers.values(), self.scheduler]:
             if proc.poll() is None:
                 proc.terminate()
@@ -461,3 +464,44 @@ def test_postgresql_gradebook_with_a_killed_worker(
     assert run.returncode == 0, stderr[-3000:]
     _graded_once(root, local_run[0], PG_STUDENTS, db=postgres_url)
     assert not (root / "gradebook.db").exists()
+
+
+def test_lost_scheduler_keeps_what_was_merged(released, local_run, tmp_path):
+    """A cluster of its own (its scheduler is killed): one worker, six submissions;
+    the scheduler dies after the first result is merged."""
+    (tmp_path / "dask").mkdir()
+    own = Cluster(tmp_path / "dask")
+    try:
+        own.start("w1")
+        own.wait(1)
+        root = _copy(released, tmp_path / "course")
+        students = STUDENTS[:6]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
+            + ["--cluster", own.address, *LIMITS]
+            + [arg for s in students for arg in ("--student", s)],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 300
+        while _status_count(root) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        own.scheduler.kill()
+        _log(f"killed the scheduler (pid {own.scheduler.pid})")
+        stdout, stderr = run.communicate(timeout=180)
+        _log(f"lost scheduler: exit {run.returncode}, stderr {stderr!r}")
+        assert run.returncode == 2, stdout + stderr
+        lines = stderr.splitlines()
+        assert len(lines) == 1, stderr
+        assert lines[0].startswith("course autograde: error: lost the Dask scheduler")
+        kept = _results(root)
+        sent = f"{len(kept)} of the {len(students)} submissions sent were graded"
+        assert f"{sent} and kept; run the command again" in lines[0]
+        assert 1 <= len(kept) < len(students)
+        for student, row in kept.items():
+            assert row[:6] == local_run[0][student][:6], student
+            assert row[6] == (1, 1, len(CELLS)), student
+    finally:
+        own.stop()

@@ -315,7 +315,9 @@ def connect(address: str):
     import logging
 
     # the client's own reconnection messages would repeat what the error says
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    for name in [*logging.root.manager.loggerDict, "distributed"]:
+        if name.split(".")[0] == "distributed":
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     import dask
     from dask.utils import parse_timedelta
 
@@ -431,6 +433,9 @@ def grade_on_cluster(
         futures[future] = job
     returned = Path(spec.scratch) / "returned"
     done: set[str] = set()
+
+    def kept() -> str:
+        return f"{len(done)} of the {len(jobs)} submissions sent were graded and kept"
     try:
         pending = dict(futures)
         without_workers: float | None = None
@@ -444,9 +449,8 @@ def grade_on_cluster(
                     if time.monotonic() - without_workers > NO_WORKER_PATIENCE:
                         raise CourseError(
                             f"no Dask worker left for {NO_WORKER_PATIENCE:g} s; "
-                            f"{len(done)} of {len(jobs)} submissions were graded and "
-                            "kept; start workers and run the command again to grade "
-                            "the rest"
+                            f"{kept()}; start workers and run the command again to "
+                            "grade the rest"
                         )
                 else:
                     without_workers = None
@@ -461,8 +465,7 @@ def grade_on_cluster(
                 except (CancelledError, OSError) as exc:
                     raise CourseError(
                         f"lost the Dask scheduler ({type(exc).__name__}); "
-                        f"{len(done)} of {len(jobs)} submissions were graded and "
-                        "kept; run the command again to grade the rest"
+                        f"{kept()}; run the command again to grade the rest"
                     ) from None
                 except Exception as exc:  # noqa: BLE001 - a task failure: recorded
                     out = {"status": "ungradable", "reason": _lost_reason(exc)}
