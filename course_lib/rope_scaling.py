@@ -38,6 +38,7 @@ from .sinusoidal import _check_base
 __all__ = [
     "ROPE_SCALING_METHODS",
     "dynamic_ntk_factor",
+    "llama3_scaled_frequencies",
     "llama3_smooth_factor",
     "ntk_scaled_base",
     "rope_scaled_frequencies",
@@ -241,6 +242,89 @@ def llama3_smooth_factor(
     )
 
 
+def llama3_scaled_frequencies(
+    inv_freq: torch.Tensor,
+    factor: float,
+    original_max_position: int,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+) -> torch.Tensor:
+    r"""Llama 3.1's frequency bands applied to the frequencies ``inv_freq``.
+
+    With wavelength :math:`\lambda_i = 2\pi/\theta_i`, training length :math:`L`,
+    :math:`\alpha` = ``low_freq_factor`` and :math:`\beta` = ``high_freq_factor``:
+
+    .. math::
+
+        \theta_i' = \begin{cases}
+        \theta_i & \lambda_i < L/\beta \quad \text{(kept)}\\
+        \theta_i / s & \lambda_i > L/\alpha \quad \text{(interpolated)}\\
+        (1 - \mu_i)\,\theta_i/s + \mu_i\,\theta_i & \text{otherwise}
+        \end{cases}
+
+    with :math:`\mu_i` from :func:`llama3_smooth_factor`; the three pieces join
+    continuously at the band edges.
+
+    Args:
+        inv_freq: the trained frequencies :math:`\theta`, a 1-D floating tensor of
+            positive numbers ``(n_pairs,)``.
+        factor: context extension factor :math:`s \ge 1`.
+        original_max_position: training length :math:`L`.
+        low_freq_factor: :math:`\alpha`; wavelengths above :math:`L/\alpha` are
+            interpolated.
+        high_freq_factor: :math:`\beta > \alpha`; wavelengths below
+            :math:`L/\beta` are kept.
+
+    Returns:
+        tensor ``(n_pairs,)`` of ``inv_freq``'s dtype (computed in float64).
+
+    Example:
+        Wavelengths 6.3 (kept), 628 (blended) and 6283 (interpolated) for
+        :math:`L = 2000`:
+
+        >>> theta = torch.tensor([1.0, 0.01, 0.001], dtype=torch.float64)
+        >>> [round(v, 6) for v in llama3_scaled_frequencies(theta, 8.0, 2000).tolist()]
+        [1.0, 0.007617, 0.000125]
+    """
+    fn = "llama3_scaled_frequencies"
+    if (
+        not isinstance(inv_freq, torch.Tensor)
+        or inv_freq.dim() != 1
+        or not inv_freq.is_floating_point()
+    ):
+        fail(
+            fn,
+            f"inv_freq must be a 1-D floating tensor of frequencies, got "
+            f"{describe(inv_freq)}",
+            TypeError,
+        )
+    if not bool((inv_freq > 0).all()) or not bool(inv_freq.isfinite().all()):
+        fail(fn, "inv_freq must hold finite frequencies greater than 0")
+    factor = _factor(fn, factor)
+    original = _length(fn, "original_max_position", original_max_position)
+    alpha = _real(fn, "low_freq_factor", low_freq_factor)
+    beta = _real(fn, "high_freq_factor", high_freq_factor)
+    if not beta > alpha:
+        fail(
+            fn,
+            f"high_freq_factor must be larger than low_freq_factor, got "
+            f"high_freq_factor={beta} <= low_freq_factor={alpha}",
+        )
+    theta = inv_freq.double()  # (n_pairs,)
+    wavelength = 2 * math.pi / theta  # (n_pairs,)
+    mu = llama3_smooth_factor(wavelength, original, alpha, beta)
+    out = torch.where(
+        wavelength < original / beta,
+        theta,  # high band: kept
+        torch.where(
+            wavelength > original / alpha,
+            theta / factor,  # low band: interpolated
+            (1 - mu) * theta / factor + mu * theta,  # medium band: blended
+        ),
+    )
+    return out.to(inv_freq.dtype)
+
+
 def _factor_list(fn: str, name: str, value: object, n_pairs: int) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         value = value.tolist()
@@ -376,7 +460,7 @@ def rope_scaled_frequencies(
         seq_len = method_params.get("seq_len")
         seq_len = original if seq_len is None else _length(fn, "seq_len", seq_len)
         s = dynamic_ntk_factor(factor, seq_len, original)
-        inv = (base * s ** (head_dim / (head_dim - 2))) ** (-exponent)
+        inv = ntk_scaled_base(base, s, head_dim) ** (-exponent)
     elif method == "yarn":
         beta_fast = _real(fn, "beta_fast", method_params.get("beta_fast") or 32.0)
         beta_slow = _real(fn, "beta_slow", method_params.get("beta_slow") or 1.0)
@@ -417,17 +501,7 @@ def rope_scaled_frequencies(
                 f"high_freq_factor must be larger than low_freq_factor, got "
                 f"high_freq_factor={beta} <= low_freq_factor={alpha}",
             )
-        wavelength = 2 * math.pi / theta  # (n_pairs,)
-        mu = llama3_smooth_factor(wavelength, original, alpha, beta)
-        inv = torch.where(
-            wavelength < original / beta,
-            theta,  # high band: kept
-            torch.where(
-                wavelength > original / alpha,
-                theta / factor,  # low band: interpolated
-                (1 - mu) * theta / factor + mu * theta,  # medium band: blended
-            ),
-        )
+        inv = llama3_scaled_frequencies(theta, factor, original, alpha, beta)
     else:  # longrope
         for key in ("short_factor", "long_factor"):
             if method_params.get(key) is None:
