@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-j",
         type=_positive_int,
         default=os.cpu_count() or 1,
-        help="parallel workers (default: number of CPUs)",
+        help="parallel workers (default: number of CPUs; not used with --cluster)",
     )
     p.add_argument(
         "--cluster",

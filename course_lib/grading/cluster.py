@@ -78,7 +78,8 @@ _WORKER_STATE: dict[str, Any] = {}
 @functools.lru_cache(maxsize=1)
 def library_fingerprint() -> str:
     """``course_lib``'s version and a hash of the files of the installed package
-    (compiled files left out): two machines grade alike only when these agree.
+    (compiled and hidden files left out): two machines grade alike only when these
+    agree.
 
     >>> library_fingerprint().split()[0]
     'course_lib'
@@ -89,7 +90,11 @@ def library_fingerprint() -> str:
     digest = hashlib.sha256()
     for file in sorted(base.rglob("*")):
         rel = file.relative_to(base)
-        if not file.is_file() or "__pycache__" in rel.parts or file.suffix == ".pyc":
+        if (
+            not file.is_file()
+            or file.suffix == ".pyc"
+            or any(p == "__pycache__" or p.startswith(".") for p in rel.parts)
+        ):
             continue
         digest.update(str(rel).encode())
         digest.update(b"\0")
