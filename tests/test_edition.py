@@ -186,7 +186,7 @@ from course_lib.checks import _stored
 import course_lib.checks as C
 from zoo import (ex01_permutation, ex02_sinusoidal, ex03_rotation, ex04_rope,
                  ex05_alibi, ex06_relative, ex07_transformer_xl, ex08_da,
-                 ex09_bug_zoo)
+                 ex09_bug_zoo, ex11_long_context)
 report = {"correct": 0, "wrong": 0, "solutions": 0, "stub": 0, "messages": []}
 quiet = lambda: contextlib.redirect_stdout(io.StringIO())
 def check_of(name):
@@ -194,7 +194,8 @@ def check_of(name):
         if hasattr(mod, f"check_{name}"):
             return getattr(mod, f"check_{name}")
 for zoo in (ex01_permutation, ex02_sinusoidal, ex03_rotation, ex04_rope, ex05_alibi,
-            ex06_relative, ex07_transformer_xl, ex08_da, ex09_bug_zoo):
+            ex06_relative, ex07_transformer_xl, ex08_da, ex09_bug_zoo,
+            ex11_long_context):
     for name, fns in zoo.CORRECT.items():
         for fn in fns:
             with quiet():
@@ -249,7 +250,7 @@ def test_public_checks_work_in_the_student_edition(tree: Path) -> None:
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["messages"] == []
     assert report["correct"] >= 30 and report["wrong"] >= 30
-    n_checks = 24  # check_* functions of ex01-ex10
+    n_checks = 27  # check_* functions of ex01-ex11
     assert report["solutions"] == n_checks and report["stub"] == n_checks
     assert report["library"] == (
         "alibi_bias is exercise 5: implement it in your notebook"

@@ -12,6 +12,7 @@ from . import (
     ex08_da,
     ex09_bug_zoo,
     ex10_lab,
+    ex11_long_context,
 )
 from ._core import CheckFailed
 from .ex01_permutation import *  # noqa: F403
@@ -24,6 +25,7 @@ from .ex07_transformer_xl import *  # noqa: F403
 from .ex08_da import *  # noqa: F403
 from .ex09_bug_zoo import *  # noqa: F403
 from .ex10_lab import *  # noqa: F403
+from .ex11_long_context import *  # noqa: F403
 
 __all__ = [
     "CheckFailed",
@@ -37,4 +39,5 @@ __all__ = [
     *ex08_da.__all__,
     *ex09_bug_zoo.__all__,
     *ex10_lab.__all__,
+    *ex11_long_context.__all__,
 ]
