@@ -5,8 +5,8 @@ AMD, by up to a few ulps), another formula (``torch.sigmoid`` instead of ``exp``
 ``torch.polar`` instead of ``cos``/``sin``) or another precision (float64 cast to
 float32) all give a correct answer that is not bit-identical to the reference. The zoo's
 ``CORRECT`` tables (tests/zoo/) hold such alternative implementations of every graded
-function of ex01-ex09; test_checks_ex01_05.py and test_checks_ex06_09.py grade them
-unchanged. Here:
+function of ex01-ex09 and ex11; test_checks_ex01_05.py, _ex06_09.py and _ex11.py
+grade them unchanged. Here:
 
 - every graded function must have at least two correct implementations in the zoo, so
   that no grader is only ever tested against the formula it was written with;
@@ -35,6 +35,7 @@ from zoo import ex06_relative as z06
 from zoo import ex07_transformer_xl as z07
 from zoo import ex08_da as z08
 from zoo import ex09_bug_zoo as z09
+from zoo import ex11_long_context as z11
 from zoo import harness
 
 from course_lib.checks import ex01_permutation as g01
@@ -46,6 +47,7 @@ from course_lib.checks import ex06_relative as g06
 from course_lib.checks import ex07_transformer_xl as g07
 from course_lib.checks import ex08_da as g08
 from course_lib.checks import ex09_bug_zoo as g09
+from course_lib.checks import ex11_long_context as g11
 
 PAIRS = [
     (g01, z01),
@@ -57,12 +59,14 @@ PAIRS = [
     (g07, z07),
     (g08, z08),
     (g09, z09),
+    (g11, z11),
 ]
 ULPS = 4
 
 
 def _graded_names() -> set[str]:
-    """Every function of ex01-ex09 that has both a public check and a hidden grade."""
+    """Every function of ex01-ex09 and ex11 that has both a public check and a
+    hidden grade."""
     names = set()
     for grader, _ in PAIRS:
         for attr in dir(grader):

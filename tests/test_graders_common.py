@@ -1,11 +1,11 @@
-"""What every grader of exercises 1-9 must do, whatever its exercise.
+"""What every grader of exercises 1-9 and 11 must do, whatever its exercise.
 
 Every wrong implementation of the bug zoo (tests/zoo/) is rejected by the hidden
 grader, and by the public check where the zoo marks it, with the message that explains
 its mistake; a function that only calls course_lib, the untouched stub, a non-tensor
 answer and a crash all earn nothing with a message that says why. Nothing is ever
 written to stderr (nbgrader scores such a cell 0). The exercise-specific tests are in
-test_checks_ex01_05.py and test_checks_ex06_09.py.
+test_checks_ex01_05.py, test_checks_ex06_09.py and test_checks_ex11.py.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from zoo import ex06_relative as z06
 from zoo import ex07_transformer_xl as z07
 from zoo import ex08_da as z08
 from zoo import ex09_bug_zoo as z09
+from zoo import ex11_long_context as z11
 from zoo import harness
 
 from course_lib.checks import CheckFailed
@@ -35,6 +36,7 @@ from course_lib.checks import ex06_relative as g06
 from course_lib.checks import ex07_transformer_xl as g07
 from course_lib.checks import ex08_da as g08
 from course_lib.checks import ex09_bug_zoo as g09
+from course_lib.checks import ex11_long_context as g11
 
 PAIRS = [
     (g01, z01),
@@ -46,6 +48,7 @@ PAIRS = [
     (g07, z07),
     (g08, z08),
     (g09, z09),
+    (g11, z11),
 ]
 NAMES = sorted(set(harness.names(PAIRS)))
 
