@@ -107,6 +107,15 @@ def _check_ntk(ntk_scaled_base: Callable, base: float, factor: float,
 
 
 _NTK_PUBLIC = ((10000.0, 4.0, 8), (10000.0, 8.0, 64))
+_NTK_HIDDEN = (
+    (10000.0, 2.0, 4),
+    (10000.0, 1.0, 128),
+    (500000.0, 8.0, 128),
+    (10000.0, 1.5, 96),
+    (1000000.0, 32.0, 256),
+    (10000.0, 16.0, 6),
+    (2.0, 3.0, 10),
+)
 
 
 def _public_ntk_scaled_base(ntk_scaled_base: Callable) -> None:
@@ -125,18 +134,9 @@ def grade_ntk_scaled_base(ntk_scaled_base: Callable) -> None:
     """Hidden grade: the smallest head_dim (4), Llama's base 500000, factor 1 (the base
     is unchanged), fractional factors and large ones."""
     _public_ntk_scaled_base(ntk_scaled_base)
-    cases = (
-        (10000.0, 2.0, 4),
-        (10000.0, 1.0, 128),
-        (500000.0, 8.0, 128),
-        (10000.0, 1.5, 96),
-        (1000000.0, 32.0, 256),
-        (10000.0, 16.0, 6),
-        (2.0, 3.0, 10),
-    )
-    for base, factor, head_dim in cases:
+    for base, factor, head_dim in _NTK_HIDDEN:
         _check_ntk(ntk_scaled_base, base, factor, head_dim)
-    passed("ntk_scaled_base", public=False, detail=f"{len(cases)} cases")
+    passed("ntk_scaled_base", public=False, detail=f"{len(_NTK_HIDDEN)} cases")
 
 
 # ---- yarn_ramp -------------------------------------------------------------------
@@ -184,6 +184,16 @@ def _check_ramp(yarn_ramp: Callable, low: float, high: float, n_pairs: int) -> N
 
 
 _RAMP_PUBLIC = ((3, 10, 16), (2.5, 7.25, 12))
+# (20, 46, 64) is YaRN's range for Llama 2 (d = 128, base 10000, L = 4096)
+_RAMP_HIDDEN = (
+    (4, 4, 8),
+    (0, 5, 8),
+    (6, 30, 16),
+    (0, 1, 1),
+    (20, 46, 64),
+    (0.0, 63.0, 64),
+    (1.75, 2.5, 6),
+)
 
 
 def _public_yarn_ramp(yarn_ramp: Callable) -> None:
@@ -202,18 +212,9 @@ def grade_yarn_ramp(yarn_ramp: Callable) -> None:
     """Hidden grade: low == high, a ramp from pair 0, ends past the last pair, one
     pair, the range YaRN computes for Llama 2 (d = 128, L = 4096)."""
     _public_yarn_ramp(yarn_ramp)
-    cases = (
-        (4, 4, 8),
-        (0, 5, 8),
-        (6, 30, 16),
-        (0, 1, 1),
-        (20, 46, 64),
-        (0.0, 63.0, 64),
-        (1.75, 2.5, 6),
-    )
-    for low, high, n_pairs in cases:
+    for low, high, n_pairs in _RAMP_HIDDEN:
         _check_ramp(yarn_ramp, low, high, n_pairs)
-    passed("yarn_ramp", public=False, detail=f"{len(cases)} cases")
+    passed("yarn_ramp", public=False, detail=f"{len(_RAMP_HIDDEN)} cases")
 
 
 # ---- llama3_scaled_frequencies -----------------------------------------------------
