@@ -17,6 +17,7 @@ import contextlib
 import doctest
 import inspect
 import io
+import json
 import math
 import re
 from pathlib import Path
@@ -372,3 +373,68 @@ def test_a_wrong_answer_never_passes_silently(capsys) -> None:
                        match=r"index \(5,\): expected 0\.285714, got 0\.286714"):
         g11.check_yarn_ramp(almost)
     assert capsys.readouterr().err == ""
+
+
+# --- through nbgrader (slow): a known mistake loses exactly its function's points
+
+_GRADE_SCRIPT = """
+import json, sys
+from course_lib.grading.autograde import AutogradeOptions, autograde
+from course_lib.grading.course import Course
+from course_lib.grading.gradebook import read_status
+course = Course(sys.argv[1])
+s = autograde(course, "ex11_long_context", AutogradeOptions(jobs=2, progress=False))
+out = {"outcomes": [(o.student, o.status, o.reason) for o in s.outcomes], "scores": {}}
+with course.gradebook() as gb:
+    for o in s.outcomes:
+        sub = gb.find_submission("ex11_long_context", o.student)
+        out["scores"][o.student] = {
+            g.name: g.auto_score for nb in sub.notebooks for g in nb.grades
+            if g.name.endswith(("__public", "__hidden"))
+        }
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_autograde_solution_full_marks_and_a_zoo_mistake_loses_its_points(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from course_lib.grading.collect import collect
+    from course_lib.grading.release import release
+    from course_lib.grading.synthetic import (
+        scratch_course,
+        solution_answers,
+        student_notebook,
+        write_submission,
+    )
+
+    course = scratch_course(tmp_path / "course", ROOT, [ASSIGNMENT])
+    release(course, ASSIGNMENT)
+    src = course.source_dir / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    rel = course.release_dir / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    answers = solution_answers(src)
+    # the ramp without the widening at low == high: only the hidden cases find it
+    wrong = dict(answers)
+    wrong["yarn_ramp__answer"] = (
+        "def yarn_ramp(low, high, n_pairs):\n"
+        "    i = torch.arange(n_pairs, dtype=torch.float64)\n"
+        "    return ((i - low) / (high - low)).clamp(0.0, 1.0)\n"
+    )
+    inbox = tmp_path / "inbox"
+    write_submission(inbox, "perfect", ASSIGNMENT, student_notebook(rel, answers))
+    write_submission(inbox, "unwidened", ASSIGNMENT, student_notebook(rel, wrong))
+    assert not collect(course, inbox, ASSIGNMENT).not_placed
+    run = subprocess.run([sys.executable, "-c", _GRADE_SCRIPT, str(course.root)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(result["outcomes"]) == [
+        ["perfect", "graded", ""], ["unwidened", "graded", ""]]
+    full = {f"{n}__{k}": float(p) for n in GRADED
+            for k, p in (("public", 1), ("hidden", 2))}
+    assert result["scores"]["perfect"] == full
+    assert result["scores"]["unwidened"] == full | {"yarn_ramp__hidden": 0.0}
