@@ -275,14 +275,16 @@ def _busy_students(cluster: Cluster, name: str) -> list[str]:
     return [str(k).split(f"autograde-{A}-", 1)[1].rsplit("-", 1)[0] for k in tasks]
 
 
-def _kill_mid_task(cluster: Cluster, name: str, timeout: float = 300) -> list[str]:
-    """Wait until worker ``name`` grades (a kernel runs under it), kill it with
+def _kill_mid_task(
+    cluster: Cluster, name: str, run: subprocess.Popen, timeout: float = 300
+) -> list[str]:
+    """Wait until worker ``name`` grades (a process runs under it), kill it with
     SIGKILL by its PID; the students it held."""
     import psutil
 
     proc = cluster.workers[name]
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and run.poll() is None:
         held = _busy_students(cluster, name)
         children = psutil.Process(proc.pid).children(recursive=True)
         if held and children:
@@ -291,7 +293,8 @@ def _kill_mid_task(cluster: Cluster, name: str, timeout: float = 300) -> list[st
             _log(f"killed worker {name} (pid {proc.pid}) while it held {held}")
             return held
         time.sleep(0.1)
-    raise AssertionError(f"worker {name} never started grading")
+    out, err = run.communicate()
+    raise AssertionError(f"worker {name} never started grading:\n{out}\n{err}")
 
 
 def _graded_once(root: Path, reference: dict, students, db: str | None = None):
@@ -315,7 +318,7 @@ def test_a_worker_killed_mid_run(released, cluster, local_run, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    held = _kill_mid_task(cluster, "w1")
+    held = _kill_mid_task(cluster, "w1", run)
     stdout, stderr = run.communicate(timeout=600)
     _log(f"course autograde exited with {run.returncode}")
     for line in stdout.splitlines():
@@ -377,6 +380,8 @@ def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
     )
     deadline = time.monotonic() + 300
     while _status_count(root) < 4 and time.monotonic() < deadline:
+        if run.poll() is not None:
+            break
         time.sleep(0.2)
     run.send_signal(signal.SIGINT)
     stdout, stderr = run.communicate(timeout=120)
@@ -458,7 +463,7 @@ def test_postgresql_gradebook_with_a_killed_worker(
         stderr=subprocess.PIPE,
         text=True,
     )
-    _kill_mid_task(cluster, "w2")
+    _kill_mid_task(cluster, "w2", run)
     stdout, stderr = run.communicate(timeout=600)
     _log(f"course autograde exited with {run.returncode}: {stdout.splitlines()[:1]}")
     assert run.returncode == 0, stderr[-3000:]
@@ -487,6 +492,7 @@ def test_lost_scheduler_keeps_what_was_merged(released, local_run, tmp_path):
         )
         deadline = time.monotonic() + 300
         while _status_count(root) < 1 and time.monotonic() < deadline:
+            assert run.poll() is None, run.communicate()
             time.sleep(0.1)
         own.scheduler.kill()
         _log(f"killed the scheduler (pid {own.scheduler.pid})")
@@ -505,3 +511,63 @@ def test_lost_scheduler_keeps_what_was_merged(released, local_run, tmp_path):
             assert row[6] == (1, 1, len(CELLS)), student
     finally:
         own.stop()
+
+
+def test_a_grading_that_hangs_past_its_limit_is_stopped(monkeypatch):
+    """The task's watchdog (no cluster needed): a grading that does not answer
+    within the wall time and the grace period is recorded as the local parent
+    records it, and the kernels it reported are killed; one that answers in time
+    is returned as it is."""
+    import threading
+    import types
+
+    from course_lib.grading import autograde
+    from course_lib.grading import cluster as cluster_mod
+    from course_lib.grading.kernel import KernelLimits
+
+    monkeypatch.setattr(autograde, "_GRACE_SECONDS", 0.2)
+    limits = KernelLimits(wall_seconds=0.3)
+    spec = types.SimpleNamespace(limits=limits)
+    job = types.SimpleNamespace(student="ada")
+    kernel = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    release = threading.Event()
+
+    def hangs(spec, job, on_kernel):
+        on_kernel(kernel.pid)
+        release.wait(30)
+        return {"status": "graded"}
+
+    monkeypatch.setattr(autograde, "grade_submission", hangs)
+    try:
+        out = cluster_mod._grade_watched(spec, job)
+        assert out == autograde.worker_timed_out(limits)
+        assert "exceeded the time limit of 0.3 s per submission" in out["reason"]
+        assert kernel.wait(10) == -signal.SIGKILL
+    finally:
+        release.set()
+        if kernel.poll() is None:
+            kernel.kill()
+    answer = {"status": "graded", "grades": {"x": 1}}
+    monkeypatch.setattr(autograde, "grade_submission", lambda s, j, k: dict(answer))
+    assert cluster_mod._grade_watched(spec, job) == answer
+
+
+def test_shipped_files_stay_inside_their_folder(tmp_path):
+    from course_lib.grading import cluster as cluster_mod
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.ipynb").write_bytes(b"{}")
+    (src / "link").symlink_to("/etc/passwd")
+    packed = cluster_mod._pack(src)
+    assert packed == (
+        ("link", "link", b"/etc/passwd"),
+        ("sub/a.ipynb", "file", b"{}"),
+    )  # the link stays a link: what it points to is never read
+    dest = tmp_path / "dest"
+    cluster_mod._unpack(packed, dest)
+    assert (dest / "link").is_symlink() and os.readlink(dest / "link") == "/etc/passwd"
+    assert (dest / "sub" / "a.ipynb").read_bytes() == b"{}"
+    for bad in ("../escape", "/abs/path", ""):
+        with pytest.raises(ValueError, match="outside its folder"):
+            cluster_mod._unpack([(bad, "file", b"x")], tmp_path / "other")

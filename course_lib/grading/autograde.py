@@ -489,6 +489,26 @@ def grade_submission(
     return out
 
 
+def worker_died(code: int | None) -> dict[str, Any]:
+    """The result of a submission whose grading worker died under it."""
+    return {
+        "status": "ungradable",
+        "reason": f"the grading worker died (exit code {code})",
+    }
+
+
+def worker_timed_out(limits: KernelLimits) -> dict[str, Any]:
+    """The result of a submission whose grading worker did not answer within its
+    wall time and :data:`_GRACE_SECONDS` more, and was stopped."""
+    return {
+        "status": "ungradable",
+        "reason": (
+            f"exceeded the time limit of {limits.wall_seconds:g} s per submission "
+            "(the grading worker had to be killed)"
+        ),
+    }
+
+
 def worker_environment(threads: int) -> None:
     """The environment of a grading worker, passed on to its kernels: ``threads``
     threads for torch's and the BLAS libraries' pools, plots without a display."""
@@ -966,15 +986,7 @@ def _run(
                         w.process.join(1)
                         code = w.process.exitcode
                         replace(index)
-                        finish(
-                            job,
-                            {
-                                "status": "ungradable",
-                                "reason": (
-                                    f"the grading worker died (exit code {code})"
-                                ),
-                            },
-                        )
+                        finish(job, worker_died(code))
                         continue
                     if kind == "kernel":
                         w.kernels.append(payload)
@@ -987,17 +999,7 @@ def _run(
                 ):
                     job = w.job
                     replace(index)
-                    finish(
-                        job,
-                        {
-                            "status": "ungradable",
-                            "reason": (
-                                "exceeded the time limit of "
-                                f"{options.limits.wall_seconds:g} s "
-                                "per submission (the grading worker had to be killed)"
-                            ),
-                        },
-                    )
+                    finish(job, worker_timed_out(options.limits))
         return outcomes
     except BaseException:
         for w in workers:

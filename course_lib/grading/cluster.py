@@ -239,6 +239,47 @@ def _threads() -> int:
     return max(1, cpus // max(1, nthreads))
 
 
+def _grade_watched(spec, job) -> dict[str, Any]:
+    """:func:`~course_lib.grading.autograde.grade_submission` in a thread of its own,
+    watched as the local parent watches its workers: when it has not answered within
+    the wall time and the grace period after it, its kernels are killed, the
+    submission is recorded as the local run records it, and this worker retires
+    (the stuck thread cannot be stopped, and must not share the process with a next
+    grading; a worker under a nanny is started afresh, see the guide)."""
+    from . import autograde
+    from .kernel import kill_process_group
+
+    kernels: list[int] = []
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result.update(autograde.grade_submission(spec, job, kernels.append))
+
+    thread = threading.Thread(target=run, name=f"grade-{job.student}", daemon=True)
+    thread.start()
+    limit = spec.limits.wall_seconds
+    thread.join(None if limit is None else limit + autograde._GRACE_SECONDS)
+    if not thread.is_alive():
+        return result
+    for pid in kernels:
+        kill_process_group(pid)
+    _retire()
+    return autograde.worker_timed_out(spec.limits)
+
+
+def _retire() -> None:
+    """Close this Dask worker once the running task has reported (its scheduler
+    moves the results it holds elsewhere first); nothing outside a worker."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return
+    _WORKER_STATE["retired"] = True
+    worker.loop.add_callback(worker.close_gracefully)
+
+
 def grade_task(
     shared: _Shared,
     student: str,
@@ -249,7 +290,7 @@ def grade_task(
     :func:`~course_lib.grading.autograde.grade_submission`. Returns its result with
     the graded notebooks as data (``autograded_files``), or ``refused`` (why this
     worker does not grade at all)."""
-    from .autograde import _Job, grade_submission, worker_environment
+    from .autograde import _Job, worker_environment
 
     mine = library_fingerprint()
     if mine != shared.library:
@@ -261,6 +302,10 @@ def grade_task(
             )
         }
     with _LOCK:
+        if _WORKER_STATE.get("retired"):  # a task that reached it as it closed
+            from distributed import Reschedule
+
+            raise Reschedule()  # to another worker
         launcher, problem = _worker_launcher(shared.spec.launcher)
         if problem is not None:
             return {
@@ -290,9 +335,8 @@ def grade_task(
                 log_path=os.devnull,
             )
             worker_environment(threads)
-            out = grade_submission(
-                spec, _Job(student, str(submission), extension_seconds)
-            )
+            job = _Job(student, str(submission), extension_seconds)
+            out = _grade_watched(spec, job)
             autograded = out.pop("autograded", None)
             out.pop("private", None)
             if autograded is not None:
