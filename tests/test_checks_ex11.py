@@ -204,6 +204,25 @@ def test_ramp_mistakes_are_either_right_or_far_outside_the_tolerance(
         assert gap == 0.0 or gap >= 100 * g11._RAMP_ATOL, (text, gap)
 
 
+@pytest.mark.parametrize(
+    "case", [*g11._band_public_cases(), *g11._band_hidden_cases()],
+    ids=lambda case: case[-1],
+)
+def test_band_mistakes_are_either_right_or_far_outside_the_tolerance(case) -> None:
+    inv_freq, factor, original, alpha, beta, _ = case
+    expected = llama3_scaled_frequencies(inv_freq, factor, original, alpha, beta)
+    expected = expected.double()
+    met = 0
+    for answer, text in g11._band_mistakes(inv_freq, factor, original, alpha, beta):
+        gap = ((answer.double() - expected).abs() / expected).max().item()
+        # right (factor 1: every rule gives theta, up to float32 rounding of the
+        # input) or wrong by far more than the tolerance
+        assert gap <= 1e-6 or gap >= 1000 * g11._FREQ_RTOL, (text, gap)
+        met += gap > 1e-6
+    assert met == (0 if factor == 1.0 else len(g11._band_mistakes(
+        inv_freq, factor, original, alpha, beta)))
+
+
 def test_every_ntk_and_ramp_mistake_is_met_by_some_case() -> None:
     """No known mistake is dead code: each differs from the answer in some case."""
     for cases, mistakes, ref in (
