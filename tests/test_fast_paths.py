@@ -1,6 +1,7 @@
 """The fast paths equal the readable reference forms the book explains.
 
-RoPE: ``RotaryEmbedding`` (cached complex or ``addcmul_`` factors) vs ``apply_rope``.
+RoPE: ``RotaryEmbedding`` (cached complex or ``addcmul_`` factors, rotate-half in
+blocks of positions) vs ``apply_rope``.
 ALiBi: ``alibi_attention`` (cached mask, query blocks) and ``alibi_flex_attention``
 against attention with the ``alibi_bias`` added. Transformer-XL: the fused
 ``rel_attention_scores`` against the index gather and the paper's sum, pair by pair.
@@ -34,6 +35,7 @@ from course_lib import (
 )
 from course_lib import alibi as alibi_module
 from course_lib import relative as relative_module
+from course_lib import rope as rope_module
 from course_lib.rope import _rotate, _rotate_cached, _writable_directly
 
 CONVENTIONS = ["interleaved", "half"]
@@ -205,6 +207,92 @@ def test_rotary_factors_are_built_once_and_rebuilt_when_the_cache_grows(gen):
     cos2, sin = half._cached_factors(torch.float64, x.device)
     assert cos2.shape == (16, 8) and sin.shape == (16, 4)
     assert torch.equal(cos2[:, :4], cos2[:, 4:])
+
+
+def _half_error_bound(x, cos2, sin):
+    """How far two correct float evaluations of the rotate-half rotation may differ.
+
+    Each output is ``x1 cos - x2 sin`` (or ``x2 cos + x1 sin``) from at most three
+    roundings (two products and the sum, or fewer where the CPU fuses them into an
+    FMA, and which happens may depend on where a vector loop's tail falls). With unit
+    roundoff ``u = eps/2`` one evaluation is within ``2u (1 + u) (|x1 cos| + |x2
+    sin|)`` of the exact value, so two evaluations differ by at most twice that:
+    ``2 eps (1 + eps) (|x1 cos| + |x2 sin|)``.
+    """
+    half = x.shape[-1] // 2
+    cos = cos2[..., :half]
+    x1, x2 = x[..., :half].abs(), x[..., half:].abs()
+    size = torch.cat(
+        (x1 * cos.abs() + x2 * sin.abs(), x2 * cos.abs() + x1 * sin.abs()), -1
+    )
+    eps = torch.finfo(x.dtype).eps
+    return 2 * eps * (1 + eps) * size
+
+
+def _one_block(monkeypatch):
+    monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", 1 << 40)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("positions", ["default", "offset", "batched"])
+def test_half_rotation_in_blocks_equals_one_pass(gen, monkeypatch, dtype, positions):
+    """Blocks of 3 positions (a ragged last block of 2 for seq=11) give the rotation
+    of one pass over all positions, and the exact rotation with the same tables."""
+    shape = (2, 3, 11, 16)
+    x = torch.randn(*shape, generator=gen, dtype=dtype)
+    pos = _positions(positions, shape)
+    rope = RotaryEmbedding(16, convention="half", max_seq_len=4)
+    rope(x, pos)  # grow the cache
+    cos2, sin = rope._cached_factors(dtype, x.device)
+    idx = torch.arange(11) if pos is None else pos
+    cos2, sin = cos2[idx], sin[idx]  # (..., 11, 16), (..., 11, 8)
+    per_position = 2 * 3 * 16 * x.element_size()
+    budget = (3 * per_position) // torch.get_num_threads() + 1  # 3 positions a block
+    monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", budget)
+    assert rope_module._half_block(x) == 3
+    blocked = rope(x, pos)
+    out = torch.full_like(x, math.nan)
+    assert rope(x, pos, out=out) is out  # out= goes through the blocks too
+    _one_block(monkeypatch)
+    whole = rope(x, pos)
+    bound = _half_error_bound(x, cos2, sin)
+    assert ((blocked - whole).abs() <= bound).all()
+    assert ((out - whole).abs() <= bound).all()
+    if dtype == torch.float32:  # products of float32 are exact in float64
+        exact = _rotate_cached(x.double(), (cos2.double(), sin.double()), "half")
+        assert ((blocked.double() - exact).abs() <= bound.double() / 2).all()
+    close(blocked, apply_rope(x, pos, convention="half"))
+
+
+def test_half_rotation_blocks_are_whole_positions(monkeypatch):
+    """The block size follows the bytes per position (all batch rows and heads of
+    a position share its table row): one position per block when a single position
+    is over the budget, all of them when everything fits."""
+    x = torch.randn(2, 4, 5, 8)  # 2 * 4 * 8 * 4 = 256 bytes per position
+    threads = torch.get_num_threads()
+    for budget, step in [(1, 1), (256 * 2, 2 * threads), (1 << 40, None)]:
+        monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", budget)
+        if step is None:
+            assert rope_module._half_block(x) >= 5
+        else:
+            assert rope_module._half_block(x) == step
+
+
+@pytest.mark.parametrize("blocks", ["several", "one"])
+def test_half_rotation_gradients_in_blocks(gen, monkeypatch, blocks):
+    """First and second derivatives of the blocked rotation (float64, finite
+    differences), and the first derivative is the inverse rotation (derived: the
+    rotation is orthogonal, so its transpose rotates by the opposite angles)."""
+    if blocks == "several":
+        monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", 1)
+    rope = RotaryEmbedding(8, convention="half")
+    positions = torch.arange(3, 9)
+    x = torch.randn(2, 1, 6, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rope(t, positions), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: rope(t, positions), (x,))
+    w = torch.randn(2, 1, 6, 8, generator=gen, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((rope(x, positions) * w).sum(), x)
+    close(grad, apply_rope(w, -positions, convention="half"))
 
 
 # -------------------------------------------------------------------------- ALiBi
