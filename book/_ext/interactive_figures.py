@@ -1,0 +1,115 @@
+"""Sphinx extension: interactive figures that work in the static, offline book.
+
+In a chapter (MyST)::
+
+    ```{interactive-figure} rope
+    Caption: what the figure shows and what to try.
+    ```
+
+The argument names one of ``course_lib.viz.interactive.FIGURES`` (``rope``,
+``alibi``, ``t5``, ``yarn``). The directive computes that figure's data with
+``course_lib`` at build time and writes, for HTML builders, a block with one labelled
+``<input type="range">`` per slider (keyboard-movable, hidden until the script runs),
+an ``<output>`` showing each slider's value, an empty ``<svg>``, the data as JSON and
+a ``<noscript>`` line for readers without JavaScript; the caption follows as ordinary
+MyST text. ``_static/interactive/figures.js`` (vendored in ``book/_static``, loaded
+from the book itself, never from a CDN) draws the figure from the data: no algorithm of
+the library, graded or not, is copied into the JavaScript.
+"""
+
+from __future__ import annotations
+
+import html
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.util.docutils import SphinxDirective
+
+from course_lib.viz.interactive import FIGURES, figure_data, figure_json
+
+NOSCRIPT = (
+    "Interactive figure: it needs JavaScript, which is off in this browser; the "
+    "chapter's text and static figures say the same."
+)
+
+
+class interactive_figure(nodes.General, nodes.Element):  # noqa: N801 - docutils style
+    """The figure's HTML block; other builders write nothing for it."""
+
+
+def _visit_html(self, node: interactive_figure) -> None:
+    self.body.append(node["html"])
+    raise nodes.SkipNode
+
+
+def _skip(self, node: interactive_figure) -> None:
+    raise nodes.SkipNode
+
+
+def _controls(kind: str, sliders: list[dict]) -> str:
+    rows = []
+    for slider in sliders:
+        ident = f"pe-{kind}-{slider['name']}"
+        rows.append(
+            f'<div class="pe-control"><label for="{ident}">'
+            f"{html.escape(slider['label'])}</label> "
+            f'<input type="range" class="pe-slider" id="{ident}" '
+            f'name="{html.escape(slider["name"])}" min="0" '
+            f'max="{len(slider["values"]) - 1}" step="1" value="{slider["default"]}"> '
+            f'<output for="{ident}" id="{ident}-value"></output></div>'
+        )
+    return "".join(rows)
+
+
+class InteractiveFigure(SphinxDirective):
+    """``{interactive-figure} KIND`` with the caption as content."""
+
+    required_arguments = 1
+    has_content = True
+    option_spec = {"name": directives.unchanged}
+
+    def run(self) -> list[nodes.Node]:
+        kind = self.arguments[0].strip()
+        if kind not in FIGURES:
+            raise self.error(
+                f"interactive-figure: unknown figure {kind!r}; choose one of "
+                f"{', '.join(FIGURES)}"
+            )
+        if not self.content:
+            raise self.error(
+                f"interactive-figure {kind}: write a caption (what to try) as content"
+            )
+        sliders = figure_data(kind)["sliders"]
+        block = (
+            f'<div class="pe-interactive" data-kind="{kind}" id="pe-fig-{kind}">'
+            f'<noscript><p class="pe-nojs">{NOSCRIPT}</p></noscript>'
+            f'<div class="pe-controls" hidden>{_controls(kind, sliders)}</div>'
+            f'<svg class="pe-plot" role="img" hidden '
+            f'aria-label="interactive figure ({kind}); its caption follows" '
+            f'xmlns="http://www.w3.org/2000/svg"></svg>'
+            f'<script type="application/json" class="pe-data">{figure_json(kind)}'
+            f"</script></div>"
+        )
+        outer = nodes.container(classes=["pe-figure"])
+        outer += interactive_figure(html=block)
+        caption = nodes.container(classes=["pe-caption"])
+        self.state.nested_parse(self.content, self.content_offset, caption)
+        outer += caption
+        if "name" in self.options:
+            self.add_name(outer)
+        return [outer]
+
+
+def setup(app):
+    app.add_node(
+        interactive_figure,
+        html=(_visit_html, None),
+        latex=(_skip, None),
+        text=(_skip, None),
+        man=(_skip, None),
+        texinfo=(_skip, None),
+    )
+    app.add_directive("interactive-figure", InteractiveFigure)
+    app.add_js_file("interactive/figures.js", loading_method="defer")
+    app.add_css_file("interactive/figures.css")
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
