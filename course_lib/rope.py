@@ -247,16 +247,29 @@ def _rotate_cached(
 BLOCK_BYTES_PER_THREAD = 2 << 20
 """Bytes of ``x`` per intra-op thread in one block of the rotate-half path: a block,
 its output and its slice of the tables stay in the caches of the cores working on it
-(the size measured fastest by ``benchmarks/bench_rope.py``, among 0.25 to 4 MiB, on
-a 2-core machine with 1 MiB of L2 per core and a shared 32 MiB L3)."""
+(of 0.25 to 4 MiB, the fastest at (4, 8, 1024, 64) on a 2-core machine with 1 MiB
+of L2 per core and a shared 32 MiB L3)."""
+
+
+MAX_BLOCKS = 4
+"""At most this many blocks, or none: every block is three kernels, each ending with
+the intra-op threads waiting for one another, and on a machine whose cores are busy
+with other work such a wait can last a scheduler time slice. Measured with
+``benchmarks/bench_rope.py`` at load 4 on 2 cores, 32 blocks of (1, 32, 4096, 128)
+took 3.9 times as long as one pass (184 ms against 48 ms), while on a quiet machine
+they gain less than a tenth; a tensor that needs more blocks than this goes in one
+pass."""
 
 
 def _half_block(x: torch.Tensor) -> int:
     """Positions per block for ``x`` ``(..., seq, d)``: all heads and batch rows of
-    a position stay together (they share its table row); at least one position."""
-    per_position = x.numel() // max(x.shape[-2], 1) * x.element_size()  # bytes
+    a position stay together (they share its table row); at least one position, and
+    all of them when more than ``MAX_BLOCKS`` blocks would be needed."""
+    seq = x.shape[-2]
+    per_position = x.numel() // max(seq, 1) * x.element_size()  # bytes
     budget = BLOCK_BYTES_PER_THREAD * torch.get_num_threads()
-    return max(1, budget // max(per_position, 1))
+    step = max(1, budget // max(per_position, 1))
+    return step if -(-seq // step) <= MAX_BLOCKS else max(seq, 1)
 
 
 def _rotate_half_blocked(
@@ -270,10 +283,11 @@ def _rotate_half_blocked(
 
     ``out = x * [cos | cos]``, then ``out[:h] -= sign x[h:] sin`` and ``out[h:] +=
     sign x[:h] sin`` (``sign=-1`` rotates backwards: the transpose, for the gradient).
-    Three passes, but over blocks of positions small enough to stay in cache: the
-    second and third pass read what the first has just written, so main memory sees
-    about one read of ``x`` and one write of ``out``, as for the interleaved complex
-    multiply. Every element gets the same operations as without blocks.
+    Three passes; when a few blocks of positions (:func:`_half_block`) cover ``x``,
+    they run block by block, so the second and third pass read what the first has
+    just written from the cache, and main memory sees about one read of ``x`` and one
+    write of ``out``, as for the interleaved complex multiply. Every element gets the
+    same operations as without blocks.
 
     Args:
         x: ``(..., seq, d)``.

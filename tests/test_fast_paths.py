@@ -249,6 +249,7 @@ def test_half_rotation_in_blocks_equals_one_pass(gen, monkeypatch, dtype, positi
     per_position = 2 * 3 * 16 * x.element_size()
     budget = (3 * per_position) // torch.get_num_threads() + 1  # 3 positions a block
     monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", budget)
+    monkeypatch.setattr(rope_module, "MAX_BLOCKS", 4)
     assert rope_module._half_block(x) == 3
     blocked = rope(x, pos)
     out = torch.full_like(x, math.nan)
@@ -267,15 +268,21 @@ def test_half_rotation_in_blocks_equals_one_pass(gen, monkeypatch, dtype, positi
 def test_half_rotation_blocks_are_whole_positions(monkeypatch):
     """The block size follows the bytes per position (all batch rows and heads of
     a position share its table row): one position per block when a single position
-    is over the budget, all of them when everything fits."""
+    is over the budget, all of them when everything fits or when it would take more
+    than MAX_BLOCKS blocks."""
     x = torch.randn(2, 4, 5, 8)  # 2 * 4 * 8 * 4 = 256 bytes per position
     threads = torch.get_num_threads()
+    monkeypatch.setattr(rope_module, "MAX_BLOCKS", 5)
     for budget, step in [(1, 1), (256 * 2, 2 * threads), (1 << 40, None)]:
         monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", budget)
         if step is None:
             assert rope_module._half_block(x) >= 5
         else:
             assert rope_module._half_block(x) == step
+    # Five blocks of one position are more than MAX_BLOCKS = 4: one pass instead.
+    monkeypatch.setattr(rope_module, "MAX_BLOCKS", 4)
+    monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", 1)
+    assert rope_module._half_block(x) == 5
 
 
 @pytest.mark.parametrize("blocks", ["several", "one"])
@@ -283,8 +290,9 @@ def test_half_rotation_gradients_in_blocks(gen, monkeypatch, blocks):
     """First and second derivatives of the blocked rotation (float64, finite
     differences), and the first derivative is the inverse rotation (derived: the
     rotation is orthogonal, so its transpose rotates by the opposite angles)."""
-    if blocks == "several":
+    if blocks == "several":  # six blocks of one position
         monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", 1)
+        monkeypatch.setattr(rope_module, "MAX_BLOCKS", 6)
     rope = RotaryEmbedding(8, convention="half")
     positions = torch.arange(3, 9)
     x = torch.randn(2, 1, 6, 8, generator=gen, dtype=torch.float64, requires_grad=True)
