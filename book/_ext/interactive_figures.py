@@ -20,12 +20,24 @@ the library, graded or not, is copied into the JavaScript.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
+import course_lib.alibi
+import course_lib.relative
+import course_lib.rope
+import course_lib.rope_scaling
+import course_lib.viz.interactive
 from course_lib.viz.interactive import FIGURES, figure_data, figure_json
+
+DATA_MODULES = tuple(
+    Path(m.__file__).resolve()
+    for m in (course_lib.viz.interactive, course_lib.alibi, course_lib.relative,
+              course_lib.rope, course_lib.rope_scaling)
+)
 
 NOSCRIPT = (
     "Interactive figure: it needs JavaScript, which is off in this browser; the "
@@ -79,6 +91,10 @@ class InteractiveFigure(SphinxDirective):
             raise self.error(
                 f"interactive-figure {kind}: write a caption (what to try) as content"
             )
+        # Re-read the page when the data module or a library module it calls changes
+        # (an incremental build would otherwise keep the old numbers).
+        for module in DATA_MODULES:
+            self.env.note_dependency(str(module))
         sliders = figure_data(kind)["sliders"]
         block = (
             f'<div class="pe-interactive" data-kind="{kind}" id="pe-fig-{kind}">'
