@@ -252,24 +252,28 @@ of L2 per core and a shared 32 MiB L3)."""
 
 
 MAX_BLOCKS = 4
-"""At most this many blocks, or none: every block is three kernels, each ending with
-the intra-op threads waiting for one another, and on a machine whose cores are busy
-with other work such a wait can last a scheduler time slice. Measured with
-``benchmarks/bench_rope.py`` at load 4 on 2 cores, 32 blocks of (1, 32, 4096, 128)
-took 3.9 times as long as one pass (184 ms against 48 ms), while on a quiet machine
-they gain less than a tenth; a tensor that needs more blocks than this goes in one
-pass."""
+"""With more than one intra-op thread, at most this many blocks, or none: every block
+is three kernels, each ending with the threads waiting for one another, and on a
+machine whose cores are busy with other work such a wait can last a scheduler time
+slice. Measured with ``benchmarks/bench_rope.py`` at load 4 on 2 cores with 2
+threads, 32 blocks of (1, 32, 4096, 128) took 3.9 times as long as one pass (184 ms
+against 48 ms), while on a quiet machine they gain less than a tenth; a tensor that
+needs more blocks than this goes in one pass. One thread never waits for another:
+there the blocks are not limited."""
 
 
 def _half_block(x: torch.Tensor) -> int:
     """Positions per block for ``x`` ``(..., seq, d)``: all heads and batch rows of
     a position stay together (they share its table row); at least one position, and
-    all of them when more than ``MAX_BLOCKS`` blocks would be needed."""
+    all of them when more than ``MAX_BLOCKS`` blocks would be needed by more than one
+    thread."""
     seq = x.shape[-2]
+    threads = torch.get_num_threads()
     per_position = x.numel() // max(seq, 1) * x.element_size()  # bytes
-    budget = BLOCK_BYTES_PER_THREAD * torch.get_num_threads()
-    step = max(1, budget // max(per_position, 1))
-    return step if -(-seq // step) <= MAX_BLOCKS else max(seq, 1)
+    step = max(1, BLOCK_BYTES_PER_THREAD * threads // max(per_position, 1))
+    if threads > 1 and -(-seq // step) > MAX_BLOCKS:
+        return max(seq, 1)
+    return step
 
 
 def _rotate_half_blocked(

@@ -279,10 +279,13 @@ def test_half_rotation_blocks_are_whole_positions(monkeypatch):
             assert rope_module._half_block(x) >= 5
         else:
             assert rope_module._half_block(x) == step
-    # Five blocks of one position are more than MAX_BLOCKS = 4: one pass instead.
+    # Five blocks of one position are more than MAX_BLOCKS = 4: one pass instead,
+    # unless a single thread does all the work (no thread waits for another).
     monkeypatch.setattr(rope_module, "MAX_BLOCKS", 4)
     monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", 1)
-    assert rope_module._half_block(x) == 5
+    for threads, step in [(2, 5), (1, 1)]:
+        monkeypatch.setattr(rope_module.torch, "get_num_threads", lambda t=threads: t)
+        assert rope_module._half_block(x) == step
 
 
 @pytest.mark.parametrize("blocks", ["several", "one"])
