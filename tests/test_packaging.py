@@ -146,6 +146,61 @@ def test_binder_installs_the_core_with_cpu_torch_at_the_pinned_versions() -> Non
     assert runtime.removeprefix("python-") in SpecifierSet(PROJECT["requires-python"])
 
 
+def _requirement_closure(names: set[str]) -> set[str]:
+    """``names`` and every distribution they require, from this venv's metadata."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def test_binder_has_every_module_a_chapter_notebook_imports() -> None:
+    """A chapter opened on Binder runs: each module its code cells import comes with
+    Python, with the course package, or from binder/requirements.txt (or something
+    that requires it)."""
+    import ast
+    import json
+
+    provided = _requirement_closure(set(BINDER) | {req.name for req in CORE})
+    owners = metadata.packages_distributions()
+    missing = []
+    for path in sorted((ROOT / "book" / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(
+                ("%", "!"))]
+            for node in ast.walk(ast.parse("\n".join(lines))):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    modules = [node.module or ""]
+                else:
+                    continue
+                for module in modules:
+                    top = module.split(".")[0]
+                    if top in sys.stdlib_module_names or top == "course_lib":
+                        continue
+                    dists = {canonicalize_name(d) for d in owners.get(top, [top])}
+                    if not dists & provided:
+                        missing.append(f"{path.name}: {module} ({', '.join(dists)})")
+    assert not missing, "binder/requirements.txt lacks: " + "; ".join(missing)
+
+
 @pytest.mark.slow
 def test_importing_the_core_loads_no_book_grading_or_test_module() -> None:
     """A fresh interpreter imports the student-facing modules (algorithms, figures,
