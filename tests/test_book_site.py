@@ -43,6 +43,31 @@ def source_of(page: str) -> Path:
     raise FileNotFoundError(page)
 
 
+# A fenced block other than ```{math} (code, shell sessions, YAML), and inline code:
+# a `$` there is a shell variable or a prompt, not TeX.
+# (Fences may be indented, inside a list.)
+_CODE = re.compile(
+    r"^([ \t]*)(`{3,}|~{3,})(?!\{math\}).*?^\1\2[ \t]*$|`[^`\n]+`", re.M | re.S
+)
+
+
+def has_math(source: str) -> bool:
+    """Whether a page's source holds TeX (inline ``$...$``, ``\\(``, a math block
+    or role), outside code."""
+    prose = _CODE.sub("", source)
+    return bool(re.search(r"\$[^$\s]|\\\(|\{math\}", prose))
+
+
+def test_has_math_reads_prose_only() -> None:
+    assert has_math("The angle $m\\theta_i$ grows.")
+    assert has_math("```{math}\nx = y\n```\n")
+    assert has_math("A role {math}`x^2` here.")
+    assert not has_math("Set it:\n\n```bash\n$ course check\nexport A=\"$TMPDIR\"\n```\n")
+    assert not has_math("Run `echo $HOME` first.")
+    assert not has_math("```yaml\nargs: [$(DASK_WORKER_NAME)]\n```\nThen $ 5 costs.")
+    assert not has_math("1. Apply:\n\n   ```yaml\n   args: [$(NAME)]\n   ```\n")
+
+
 def test_every_toc_page_has_a_source() -> None:
     for page in toc_pages():
         assert source_of(page).is_file(), page
@@ -119,8 +144,7 @@ def test_page_in_browser(page: str, server: str, browser) -> None:
         tab.goto(f"{server}/{page}.html", wait_until="load")
         tab.wait_for_load_state("networkidle")
         source = source_of(page).read_text()
-        has_math = bool(re.search(r"\$[^$\s]|\\\(|\{math\}|```\{math\}", source))
-        if has_math:
+        if has_math(source):
             tab.wait_for_function(
                 "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
             )
