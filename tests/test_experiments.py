@@ -497,7 +497,11 @@ def test_log_bias_hidden_grade_trains_in_the_harness(monkeypatch):
     g10.grade_log_distance_bias(_log_bias_vectorised)
     ((args, kwargs),) = calls
     assert args[:3] == ("recall", "custom", 0)
-    assert kwargs["bias_fn"] is _log_bias_vectorised
+    # it trains with the student's answers, asked for through call_student (so they
+    # are recorded and replayed outside the kernel), not with the function itself
+    bias_fn = kwargs["bias_fn"]
+    assert bias_fn is not _log_bias_vectorised
+    assert torch.equal(bias_fn(4, 9), _log_bias_vectorised(4, 9))
 
 
 def _retained_loops(summary, task, method, chance):

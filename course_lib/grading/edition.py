@@ -572,8 +572,10 @@ def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
     """``({dtype: {grader: planned calls}}, checks modules that cannot be planned)``:
     every hidden grader run in this process on its reference under a recording
     session, for the float32 and the float64 default dtype. A grader that uses the
-    student's function directly (ex10's training run) makes its module unplannable:
-    its assignment keeps the full library in the grading kernel."""
+    student's function other than through ``call_student`` makes its module
+    unplannable: its assignment keeps the full library in the grading kernel. (No
+    grader does: ex10's training run asks for the student's bias through
+    ``call_student`` too.)"""
     import contextlib
     import inspect
     import io
@@ -663,7 +665,7 @@ def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, se
     ``checks/_plans.pt``: inputs only), and leave the verdict to the grading tool's
     replay (:func:`course_lib.checks._core.deferred_grade`). So the kernel holds
     no reference implementation and no hidden expected value. The assignments
-    returned (named like their checks module, e.g. ``ex10_lab``) have a hidden
+    returned (named like their checks module; none today) have a hidden
     grader that uses the student's function directly, which no replay can judge:
     their kernels keep the full library."""
     import compileall

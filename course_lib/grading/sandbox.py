@@ -22,8 +22,9 @@ next to the solutions, the gradebook and the other students' work. With
   are stubs, the public checks use stored values, and the hidden graders only make
   their planned calls; the grading process judges them
   (:mod:`course_lib.grading.integrity`). Importing, cloning or re-reading the
-  library's code in the kernel finds only the stubs. ex10's kernel keeps the full
-  package: its hidden grader trains a model with the student's function.
+  library's code in the kernel finds only the stubs. (An assignment whose hidden
+  grader could not be planned would keep the full package; none does: ex10's
+  training run gets the student's bias through the recorded calls.)
 * **Jupyter's sockets**: the kernel listens on Unix sockets (``transport="ipc"``) in
   a tmpfs inside the sandbox, which the grader reaches through
   ``/proc/<pid>/root/...``; TCP would need the host's network.
