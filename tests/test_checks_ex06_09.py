@@ -129,8 +129,12 @@ def _nudged(shift: float):
     """A correct T5 bucketing whose logarithm is nudged by ``shift`` before the floor:
     it rounds bucket edges one way or the other, as float32 or float64 code does."""
 
+    # taken now: looked up during a grader's call, the grader's own helper is trapped
+    # (a student's function may not call it)
+    variant = g06._t5_variant
+
     def bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
-        return g06._t5_variant(
+        return variant(
             relative_position, bidirectional, num_buckets, max_distance, shift=shift
         )
 

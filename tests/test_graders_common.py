@@ -82,6 +82,38 @@ def test_calling_the_library_earns_nothing(name, fn, capsys) -> None:
     assert err == "" and out == ""
 
 
+def _graders_own_answer(grade):
+    """(module, name) of the function ``grade`` computes its expected values with."""
+    import importlib
+
+    from course_lib.grading.edition import PLAN_REFERENCES
+
+    module = importlib.import_module(grade.__module__)
+    name = PLAN_REFERENCES.get(grade.__name__, "_ref_" + grade.__name__[6:])
+    if name is not None and ":" in name:
+        where, name = name.split(":")
+        module = importlib.import_module(where)
+    return module, name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_calling_the_graders_own_answer_earns_nothing(name, capsys) -> None:
+    """The grader's reference, looked up on its module at call time (where the
+    student edition keeps the public checks' stored answers), is trapped too."""
+    check, grade = _graders(name)
+    module, reference = _graders_own_answer(grade)
+    if reference is None:
+        pytest.skip(f"{grade.__name__} judges given values, it has no reference")
+
+    def cheat(*args, **kwargs):
+        return getattr(module, reference)(*args, **kwargs)
+
+    for grader in (check, grade):
+        with pytest.raises(CheckFailed, match="calls the course_lib reference"):
+            grader(cheat)
+    assert capsys.readouterr().err == ""
+
+
 def _stub(*args, **kwargs):
     # YOUR CODE HERE
     raise NotImplementedError()

@@ -24,6 +24,7 @@ import contextlib
 import copy
 import inspect
 import math
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -208,6 +209,23 @@ def _library_modules() -> list[tuple[str, Any]]:
     ]
 
 
+# The exercise graders' own answers: a checks module's ``_ref_<name>`` and its
+# private expected-value and known-mistake helpers (the names the student edition
+# stores, :data:`course_lib.checks._stored._LOCAL`). ex10's answer exists nowhere
+# else in the package.
+_GRADER_ANSWER = re.compile(r"_ref_\w+|_\w*(reference|expected|variant|mistakes)\w*")
+_GRADER_MODULE = re.compile(r"course_lib\.checks\.ex\d+_\w+")
+
+
+def _grader_modules() -> list[tuple[str, Any]]:
+    """The loaded exercise graders (``course_lib.checks.exNN_topic``)."""
+    return [
+        (name, module)
+        for name, module in list(sys.modules.items())
+        if module is not None and _GRADER_MODULE.fullmatch(name)
+    ]
+
+
 def _public_callables() -> dict[int, str]:
     """id -> qualified name of every callable of the loaded course_lib modules: the
     public ones (``__all__``) and the private helpers defined there, which would
@@ -225,6 +243,16 @@ def _public_callables() -> dict[int, str]:
                 callable(obj)
                 and str(getattr(obj, "__module__", "")).startswith("course_lib")
                 and not isinstance(obj, type(sys))
+            ):
+                found.setdefault(id(obj), f"{modname}.{name}")
+    for modname, module in _grader_modules():
+        for name, obj in list(vars(module).items()):
+            # defined in the package: the grader's own, or (student edition) the
+            # stored answers that stand in for it
+            if (
+                _GRADER_ANSWER.fullmatch(name)
+                and callable(obj)
+                and str(getattr(obj, "__module__", "")).startswith("course_lib")
             ):
                 found.setdefault(id(obj), f"{modname}.{name}")
     return found
@@ -245,7 +273,9 @@ def reference_trap(fn: Callable[..., Any]) -> Iterator[_Trap]:
 
         return trapped
 
-    namespaces: list[dict[str, Any]] = [vars(m) for _, m in _library_modules()]
+    namespaces: list[dict[str, Any]] = [
+        vars(m) for _, m in [*_library_modules(), *_grader_modules()]
+    ]
     student_globals = getattr(fn, "__globals__", None)
     if isinstance(student_globals, dict):
         namespaces.append(student_globals)
