@@ -39,6 +39,11 @@ __all__ = [
     "grade_offset_matrix",
 ]
 
+# Tolerances, from the arithmetic: float32's unit roundoff is u = 2^-24 ~ 6e-8.
+# Each entry of M(k) is one cos or sin of k * omega_i (|k| <= 64, omega_i <= 1),
+# whose float32 argument is off by at most ~|k| u = 4e-6 rad, so the entry by as
+# much: atol 1e-5 covers it (entries near 0), rtol 1e-4 the rest. The known
+# mistakes (a transposed block, a doubled exponent) are off by O(0.1).
 _ATOL = 1e-5
 _RTOL = 1e-4
 

@@ -25,6 +25,11 @@ __all__ = [
     "grade_alibi_slopes",
 ]
 
+# Tolerances, from the arithmetic: float32's unit roundoff is u = 2^-24 ~ 6e-8.
+# A bias entry is one product m_h * |i - j| (m_h a power of two, or its float32
+# rounding for head counts that are not), within 1 ulp of the exact value:
+# rtol 1e-4 is ~800 ulps, so a slope computed as 2^(-8h/H), exp(-ln 2 * 8h/H) or
+# in float64 passes. atol 1e-6 is for the zeros on the diagonal.
 _ATOL = 1e-6
 _RTOL = 1e-4
 

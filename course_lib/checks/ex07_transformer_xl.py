@@ -47,6 +47,11 @@ _ones = torch.ones
 _sqrt = math.sqrt
 _inf = float("inf")
 
+# Tolerances, from the arithmetic: float32's unit roundoff is u = 2^-24 ~ 6e-8.
+# A score is a sum of four dot products of width d <= 32 of O(1) values: summed
+# in any order it is within ~4 d u |terms| ~ 1e-5 of the exact sum, and the terms
+# are O(d), so scores near 0 need an absolute bound: atol = rtol = 1e-4. A shift
+# by one position or a dropped term moves scores by O(1).
 _ATOL = 1e-4
 _RTOL = 1e-4
 
