@@ -229,6 +229,16 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
     private = ("solutions/", "course_lib/grading/autograde")
     assert not [n for n in names if n.startswith(private)]
 
+    # nor the library's listing of a graded function (the open edition shows it in
+    # a dropdown: test_open_edition_keeps_collapsed_solutions)
+    graded = sorted({fn for _, fns in GRADED_LISTINGS.values() for fn in fns})
+    pages = sorted((published / "html").rglob("*.html"))
+    assert len(pages) > 10
+    for path in pages:
+        text = _text(path.read_text(encoding="utf-8"))
+        listed = [fn for fn in graded if f"def {fn}(" in text]
+        assert not listed, f"{path.relative_to(published)} lists {listed}"
+
     patterns = solution_patterns()
     hits, searched = search_tree(published, patterns)
     print(f"searched {searched} text files (wheel members included) for "
