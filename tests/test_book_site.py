@@ -62,7 +62,7 @@ def test_has_math_reads_prose_only() -> None:
     assert has_math("The angle $m\\theta_i$ grows.")
     assert has_math("```{math}\nx = y\n```\n")
     assert has_math("A role {math}`x^2` here.")
-    assert not has_math("Set it:\n\n```bash\n$ course check\nexport A=\"$TMPDIR\"\n```\n")
+    assert not has_math("Set it:\n\n```bash\n$ course check\nexport A=$TMPDIR\n```\n")
     assert not has_math("Run `echo $HOME` first.")
     assert not has_math("```yaml\nargs: [$(DASK_WORKER_NAME)]\n```\nThen $ 5 costs.")
     assert not has_math("1. Apply:\n\n   ```yaml\n   args: [$(NAME)]\n   ```\n")
