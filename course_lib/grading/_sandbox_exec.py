@@ -26,6 +26,7 @@ becomes the kernel.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -128,13 +129,19 @@ def _log_reader() -> int:
 
 
 def outer(spec_path: str) -> None:
-    """Stage, drop privileges, and become bubblewrap (see the module docstring)."""
+    """Stage, drop privileges, and become bubblewrap (see the module docstring);
+    with a warm template, start bubblewrap and have the template fork the kernel
+    into it (:func:`_warm`)."""
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
     os.umask(0o077)
     if spec.get("stage"):
         _stage(spec["stage"])
     info_fd = os.open(spec["info_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    warm = spec.get("warm")
+    conn = _connect(warm["socket"], float(warm["wait"])) if warm else None
+    # opened before dropping privileges: the file belongs to the grader
+    info_reader = os.open(spec["info_file"], os.O_RDONLY) if conn else -1
     drop = spec.get("drop")
     if drop:
         _drop(int(drop["uid"]), int(drop["gid"]))
@@ -144,8 +151,148 @@ def outer(spec_path: str) -> None:
     os.close(log_fd)
     os.set_inheritable(info_fd, True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if warm and conn is None:
+        os.write(
+            2, b"warm start: no answer from the template; this kernel starts cold\n"
+        )
+    if conn is not None:
+        _warm(spec, warm, conn, info_fd, info_reader)
     argv = [a.replace("{info_fd}", str(info_fd)) for a in spec["argv"]]
     os.execv(argv[0], argv)
+
+
+def _connect(path: str, wait: float):
+    """A connection to the warm template at ``path`` (waiting up to ``wait`` seconds
+    for it to start), or ``None``."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(path)
+            return conn
+        except OSError:
+            conn.close()
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+
+def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
+    """Start bubblewrap (holding an empty sandbox), ask the template to fork the
+    kernel into it, forward interrupts to the kernel, and exit as bubblewrap would
+    have: with the kernel's status, or 128 + the signal that killed it."""
+    import select
+    import socket
+    import struct
+
+    # The sandbox is ready once its command runs: bubblewrap reports the namespaces
+    # (the info file) before it has finished building the file system, so the
+    # template waits for the command, ``hold``, to write one byte.
+    ready_r, ready_w = os.pipe()
+    argv = [a.replace("{info_fd}", str(info_fd)) for a in warm["argv"]]
+    argv.append(str(ready_w))
+    bwrap = os.fork()
+    if bwrap == 0:
+        conn.close()
+        os.close(ready_r)
+        os.set_inheritable(ready_w, True)
+        os.execv(argv[0], argv)
+    os.close(info_fd)
+    os.close(ready_w)
+    ready, _, _ = select.select([ready_r], [], [], 60)
+    if not ready or not os.read(ready_r, 1):
+        done, status = os.waitpid(bwrap, os.WNOHANG)
+        if not done:
+            os.kill(bwrap, signal.SIGKILL)
+            _, status = os.waitpid(bwrap, 0)
+        os._exit(_exit_code(status))
+    info = json.loads(os.pread(info_reader, 1 << 16, 0))
+    os.close(info_reader)
+    request = dict(warm["request"], info=info)
+    data = json.dumps(request).encode()
+    socket.send_fds(conn, [struct.pack("!Q", len(data))], [0, 1, 2])
+    conn.sendall(data)
+    os.close(0)
+    os.open(os.devnull, os.O_RDONLY)
+    pidfd = kernel = None
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, 4, 1)
+        if fds and len(message) == 4:
+            pidfd, (kernel,) = fds[0], struct.unpack("!i", message)
+    except OSError:
+        pass
+
+    def interrupt(signum, frame):
+        if pidfd is not None:
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGINT)
+            except OSError:
+                pass
+
+    def terminate(signum, frame):
+        os.kill(bwrap, signal.SIGKILL)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, terminate)
+    # hold, the kernel's parent, reports (pid, wait status) of each child it reaps
+    status = None
+    pending = b""
+    while kernel is not None and status is None:
+        try:
+            chunk = os.read(ready_r, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        pending += chunk
+        while len(pending) >= 8 and status is None:
+            pid, code = struct.unpack("!ii", pending[:8])
+            pending = pending[8:]
+            if pid == kernel:
+                status = code
+    # The kernel is gone: so goes the sandbox (and whatever the kernel left in it).
+    os.kill(bwrap, signal.SIGKILL)
+    os.waitpid(bwrap, 0)
+    os._exit(1 if status is None else _exit_code(status))
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def hold(ready_fd: int) -> None:
+    """The first command of a warm sandbox, its PID 1: say it is ready (one byte on
+    ``ready_fd``), then adopt the kernel (see ``_warm_template.py``), reap every
+    process that ends, and report ``(pid, wait status)`` of each on ``ready_fd``,
+    until the sandbox is torn down."""
+    import struct
+
+    # No process of the sandbox can kill PID 1, and a signal it ignores is not even
+    # delivered: ignore them all. Child ends are taken synchronously.
+    for number in range(1, signal.NSIG):
+        if number not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    os.write(ready_fd, b"1")
+    os.set_blocking(ready_fd, False)  # never wait on the reader: keep reaping
+    while True:
+        signal.sigwaitinfo({signal.SIGCHLD})
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            with contextlib.suppress(OSError):
+                os.write(ready_fd, struct.pack("!ii", pid, status))
 
 
 def _set(limit: int, value: int) -> None:
@@ -177,8 +324,13 @@ def main(argv: list[str]) -> None:
         outer(argv[1])
     elif argv[:1] == ["inner"]:
         inner(argv[1:])
+    elif len(argv) == 2 and argv[0] == "hold":
+        hold(int(argv[1]))
     else:
-        sys.exit("usage: _sandbox_exec.py outer SPEC | inner AS CPU NPROC ... -- CMD")
+        sys.exit(
+            "usage: _sandbox_exec.py outer SPEC | inner AS CPU NPROC ... -- CMD"
+            " | hold FD"
+        )
 
 
 if __name__ == "__main__":

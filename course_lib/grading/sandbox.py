@@ -69,6 +69,10 @@ __all__ = [
 ]
 
 _EXEC_SCRIPT = Path(__file__).with_name("_sandbox_exec.py")
+_TEMPLATE_SCRIPT = Path(__file__).with_name("_warm_template.py")
+# How long a kernel waits for its worker's template to finish importing.
+_TEMPLATE_WAIT = 90.0
+_WARM_OFF_VALUES = {"0", "no", "off", "false"}
 # Inside the sandbox: Jupyter's Unix sockets and the connection file.
 _RUN_DIR = "/run/kernel"
 _IPC_PREFIX = f"{_RUN_DIR}/ipc"
@@ -125,6 +129,16 @@ class SandboxSettings:
     extra_ro_binds: tuple[str, ...] = ()
     library_edition: str | None = None
     full_library_assignments: tuple[str, ...] = ()
+    warm_start: bool = True
+
+
+@dataclass
+class _Template:
+    """One worker process's warm template (see :mod:`._warm_template`)."""
+
+    process: subprocess.Popen
+    socket: str
+    pipe: int  # write end; the template exits when it is closed
 
 
 @dataclass
@@ -199,6 +213,8 @@ class SandboxLauncher(KernelLauncher):
         self.settings = settings or SandboxSettings()
         self._kernels: dict[int, _Kernel] = {}
         self._base: dict[int, Path] = {}
+        self._templates: dict[int, _Template] = {}
+        self._said: set[str] = set()
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -231,7 +247,7 @@ class SandboxLauncher(KernelLauncher):
                 ).stdout
             except (OSError, subprocess.SubprocessError):
                 text = ""
-            known = frozenset(re.findall(r"^\s*(--[a-z-]+)", text, flags=re.M))
+            known = frozenset(re.findall(r"^\s*(--[a-z0-9-]+)", text, flags=re.M))
             _BWRAP_OPTIONS[path] = known
         return known
 
@@ -325,13 +341,132 @@ class SandboxLauncher(KernelLauncher):
         except SandboxError:
             sized = True
         scratch = format_bytes(s.scratch_bytes) if sized else "unlimited size"
+        problem = self.warm_problem()
+        start = (
+            "warm start (each kernel forked from its worker's template)"
+            if problem is None
+            else f"cold start ({problem})"
+        )
         return (
             f"bubblewrap sandbox ({who}, no network, read-only Python, private "
             f"tmpfs of {scratch}), memory "
             f"{format_bytes(limits.memory)} (RLIMIT_AS), wall time {wall}, CPU time "
             f"{limits.effective_cpu_seconds or 'unlimited'} s, at most "
-            f"{s.max_processes} processes"
+            f"{s.max_processes} processes, {start}"
         )
+
+    # ------------------------------------------------------------ warm start
+
+    def warm_problem(self) -> str | None:
+        """Why kernels cannot be forked from a warm template here (``None``: they
+        can); the kernels then start cold, as a fresh Python each."""
+        if not self.settings.warm_start:
+            return "warm start switched off"
+        if os.environ.get("COURSE_WARM_START", "").strip().lower() in _WARM_OFF_VALUES:
+            return "warm start switched off by COURSE_WARM_START"
+        import socket
+
+        if not sys.platform.startswith("linux") or not all(
+            hasattr(mod, name)
+            for mod, name in (
+                (os, "fork"),
+                (os, "pidfd_open"),
+                (socket, "send_fds"),
+                (__import__("signal"), "pidfd_send_signal"),
+            )
+        ):
+            return "this platform has no fork, pidfd or descriptor passing"
+        try:
+            if "--as-pid-1" not in self.bwrap_options():
+                return "this bubblewrap has no --as-pid-1 (0.5 or later has)"
+        except SandboxError as exc:
+            return str(exc)
+        return None
+
+    def _warm_for(self, command: list[str], cwd: str) -> str | None:
+        """The socket of the template that can serve this kernel, or ``None`` (then
+        it starts cold; a reason is said once per process)."""
+        if command[1:3] != ["-m", "ipykernel_launcher"]:
+            return None  # not a Jupyter kernel (the sandbox probe): nothing to warm
+        problem = self.warm_problem()
+        if (
+            problem is None
+            and self.settings.library_edition
+            and not self._edition_for(cwd)
+        ):
+            problem = "this assignment's kernels use the full library"
+        template = None
+        if problem is None:
+            try:
+                template = self._template()
+            except OSError as exc:
+                problem = f"the template could not be started: {exc}"
+        if problem is None and template.process.poll() is not None:
+            problem = f"the template exited with status {template.process.returncode}"
+        if problem is not None:
+            if problem not in self._said:
+                self._said.add(problem)
+                print(f"kernels start cold: {problem}", file=sys.stderr)
+            return None
+        return template.socket
+
+    def _template(self) -> _Template:
+        """This process's template, started on first use."""
+        pid = os.getpid()
+        with self._lock:
+            template = self._templates.get(pid)
+        if template is not None:
+            return template
+        folder = Path(tempfile.mkdtemp(prefix="template-", dir=self._base_dir()))
+        folder.chmod(0o700)
+        sock = str(folder / "template.sock")
+        read_end, write_end = os.pipe()
+        edition = self.settings.library_edition
+        try:
+            with open(folder / "template.log", "wb") as log:
+                process = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-I",
+                        "-B",
+                        str(_TEMPLATE_SCRIPT),
+                        sock,
+                        str(read_end),
+                        os.path.dirname(os.path.realpath(edition)) if edition else "",
+                    ],
+                    env=self._kernel_env(),
+                    cwd="/",
+                    pass_fds=(read_end,),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+        except OSError:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        template = _Template(process=process, socket=sock, pipe=write_end)
+        with self._lock:
+            self._templates[pid] = template
+        return template
+
+    def stop_templates(self) -> None:
+        """Stop this process's template (it also stops by itself when this process
+        exits)."""
+        with self._lock:
+            template = self._templates.pop(os.getpid(), None)
+        if template is None:
+            return
+        with contextlib.suppress(OSError):
+            os.close(template.pipe)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            template.process.wait(timeout=10)
+        if template.process.poll() is None:
+            template.process.kill()
+            template.process.wait()
+        shutil.rmtree(os.path.dirname(template.socket), ignore_errors=True)
 
     # ------------------------------------------------------------ internals
 
@@ -449,23 +584,19 @@ class SandboxLauncher(KernelLauncher):
                     argv += ["--symlink", os.readlink(path), path]
                 elif entry.is_file() or entry.is_dir():
                     argv += ["--ro-bind", source(path), path]
+        warm = self._warm_for(command, cwd)
+        if warm and s.library_edition:
+            # The template imported the edition from its own folder: the kernels
+            # forked from it find its modules' files there.
+            edition = os.path.realpath(s.library_edition)
+            argv += ["--ro-bind", source(edition), edition]
         argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
         argv += ["--clearenv"]
-        env = {
-            "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": _HOME,
-            "USER": "student",
-            "LOGNAME": "student",
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp",
-            "MPLBACKEND": "Agg",
-            "MPLCONFIGDIR": f"{_HOME}/.config/matplotlib",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        env.update({k: os.environ[k] for k in _PASSED_ENV if k in os.environ})
+        env = self._kernel_env()
         for key, value in env.items():
             argv += ["--setenv", key, value]
         argv += ["--chdir", cwd, "--"]
+        head = list(argv)
         argv += [
             sys.executable,
             "-I",
@@ -480,12 +611,62 @@ class SandboxLauncher(KernelLauncher):
             "--",
             *command,
         ]
+        warm_spec = None
+        if warm:
+            warm_spec = {
+                "socket": warm,
+                "wait": _TEMPLATE_WAIT,
+                # hold is the sandbox's PID 1 (no reaper of bubblewrap's): a
+                # process of the sandbox cannot signal it, as in the cold sandbox,
+                # where PID 1 is bubblewrap's reaper and the kernel PID 2
+                "argv": [
+                    head[0],
+                    "--as-pid-1",
+                    *head[1:],
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(_EXEC_SCRIPT),
+                    "hold",
+                ],
+                "request": {
+                    "cwd": cwd,
+                    "env": env,
+                    "argv": command[3:],
+                    "limits": [
+                        limits.memory or 0,
+                        limits.effective_cpu_seconds or 0,
+                        s.max_processes,
+                        s.scratch_bytes,
+                        s.max_open_files,
+                    ],
+                    "drop": {"uid": uid, "gid": gid} if root else None,
+                },
+            }
         return {
             "argv": argv,
+            "warm": warm_spec,
             "info_file": str(state.info_file),
             "stage": {"root": str(stage_root), "mounts": mounts} if root else None,
             "drop": {"uid": uid, "gid": gid} if root else None,
         }
+
+    @staticmethod
+    def _kernel_env() -> dict[str, str]:
+        """The whole environment of a sandboxed kernel."""
+        env = {
+            "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": _HOME,
+            "USER": "student",
+            "LOGNAME": "student",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": f"{_HOME}/.config/matplotlib",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        env.update({k: os.environ[k] for k in _PASSED_ENV if k in os.environ})
+        return env
 
 
 # --------------------------------------------------------------------------------------
