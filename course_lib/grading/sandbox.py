@@ -36,6 +36,25 @@ next to the solutions, the gradebook and the other students' work. With
   Linux does not apply ``RLIMIT_NPROC`` to root.
 * the environment is cleared (no instructor variables, tokens or database URLs
   reach the kernel).
+* **warm start**: a new Python that imports torch costs seconds, more than most
+  submissions. So each grading worker starts one *template*
+  (``_warm_template.py``) that imports torch, numpy, IPython, ipykernel and the
+  grading edition once, and each kernel is forked from it. The sandbox is built
+  exactly as for a cold kernel, with a placeholder command (``hold``, its PID 1);
+  once that runs, a fork of the template joins its namespaces (checked against the
+  ones bubblewrap reported), chroots to its root, and forks the kernel there, which
+  is adopted by ``hold``. The kernel then drops every capability, sets
+  ``no_new_privs``, the limits, the environment and fresh random seeds, and only
+  then creates its ZMQ sockets. Why this isolates as well as a cold start: the
+  template never reads a request or runs student code (only its forks do), so
+  nothing of a submission is ever in its memory; a fork's writes go to its own
+  copy of memory (copy-on-write), never back to the template or to the next fork;
+  the kernel runs in the same namespaces, file system, limits and user as a cold
+  kernel, with no file descriptor of the template left open; and whatever it
+  writes lives in its sandbox's tmpfs, which goes with the sandbox. Where the
+  template cannot be used (no ``fork`` or pidfd, a bubblewrap without
+  ``--as-pid-1``, ``COURSE_WARM_START=0``), kernels start cold, and the run says so
+  in one line.
 
 :func:`sandbox_problem` says in one sentence why the sandbox cannot be built on this
 machine (``None`` when it can); ``course autograde`` refuses to grade without the
