@@ -1,7 +1,7 @@
 """Autograde throughput: ``course autograde --jobs 2`` against plain sequential
 ``nbgrader autograde`` on the same submissions, in the same run.
 
-    python -m benchmarks.bench_autograde                  # 8 submissions of ex05
+    python -m benchmarks.bench_autograde                  # 8, then 32 submissions
     python -m benchmarks.bench_autograde --submissions 16 --jobs 2 --rounds 2
     python -m benchmarks.bench_autograde --only-cluster   # --cluster against --jobs
 
@@ -9,10 +9,11 @@ A scratch course with ex05_alibi is released once and given ``--submissions``
 synthetic submissions (right answers, a wrong sign, untouched stubs, in turn). Each
 command grades its own copy of it from a cold start (a new process, as an instructor
 runs it); the order of the commands alternates between rounds, and every gradebook
-must hold the expected scores. ``course autograde`` runs once with its default
-sandbox and once with ``--unsafe-no-sandbox`` (the sandbox's cost). The optional
-package ``rfc3987-syntax`` (the Makefile uninstalls it) slows every start of
-nbgrader: it is blocked (a shadow package on ``PYTHONPATH`` that raises
+must hold the expected scores. ``course autograde`` runs with its default sandbox
+(kernels forked from the warm template), with the sandbox and cold kernels
+(``COURSE_WARM_START=0``), and with ``--unsafe-no-sandbox`` (the sandbox's cost).
+The optional package ``rfc3987-syntax`` (the Makefile uninstalls it) slows every
+start of nbgrader: it is blocked (a shadow package on ``PYTHONPATH`` that raises
 ``ImportError``, which is what uninstalling it amounts to) in the main rows, and
 its cost is measured separately.
 Prints a markdown report on stdout; progress goes to stderr.
@@ -214,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--submissions", type=int, default=8)
+    ap.add_argument(
+        "--submissions",
+        default="8,32",
+        help="comma-separated class sizes, one table each (default 8,32)",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument(
         "--rounds",
@@ -234,12 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
+    sizes = [int(n) for n in str(args.submissions).split(",") if n.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="bench-autograde-"))
     try:
-        _log(f"building a course with {args.submissions} submissions in {tmp}")
-        base = tmp / "base"
-        expected = _build(base, args.submissions)
-
         env = dict(os.environ)
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         env.pop("PYTHONPATH", None)
@@ -252,104 +254,131 @@ def main(argv: list[str] | None = None) -> int:
                 "raise ImportError('rfc3987-syntax blocked for the benchmark')\n"
             )
             without = dict(env, PYTHONPATH=str(shadow.parent))
-
-        if args.only_cluster:
-            print("\n".join(_cluster_rows(tmp, base, expected, args.jobs, without)))
-            return 0
-        nbgrader = [str(BIN / "nbgrader"), "autograde", A, "--force"]
-        course = [
-            str(BIN / "course"),
-            "autograde",
-            A,
-            "--jobs",
-            str(args.jobs),
-            "--force",
-            "--no-progress",
-        ]
-        main_runs = {
-            "nbgrader autograde (sequential)": nbgrader,
-            f"course autograde --jobs {args.jobs} (sandboxed)": course,
-            f"course autograde --jobs {args.jobs} --unsafe-no-sandbox": [
-                *course,
-                "--unsafe-no-sandbox",
-            ],
-        }
-        runs = [(name, cmd, without) for name, cmd in main_runs.items()]
-        if with_rfc:
-            runs.append(
-                (
-                    "nbgrader autograde (sequential), rfc3987-syntax installed",
-                    nbgrader,
-                    env,
-                )
-            )
-        walls: dict[str, list[float]] = {}
-        cpus: dict[str, list[float]] = {}
-        for r in range(args.rounds):
-            for name, cmd, run_env in runs if r % 2 == 0 else runs[::-1]:
-                work = tmp / f"run-{r}-{len(walls)}"
-                shutil.copytree(base, work)
-                _log(f"{name} (round {r + 1})")
-                wall, cpu = _timed(cmd, work, run_env)
-                cpus.setdefault(name, []).append(cpu)
-                got = _scores(work)
-                if got != expected:
-                    raise RuntimeError(f"{name} gave {got}, expected {expected}")
-                walls.setdefault(name, []).append(wall)
-                shutil.rmtree(work)
-        startup = {"rfc3987-syntax removed": _startup(without)}
-        if with_rfc:
-            startup["rfc3987-syntax installed"] = _startup(env)
-
-        baseline = statistics.median(walls[runs[0][0]])
-        lines = [
-            f"{args.submissions} submissions of {A}; both tools' gradebooks agree with "
-            f"the expected scores ({sorted(set(expected.values()))} points). "
-            f"{os.cpu_count()} CPUs; load average at the end "
-            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (other processes share "
-            "the machine). Wall time of the whole command from a cold start (a new "
-            "process) and its CPU time (user + system of the command, its workers "
-            f"and kernels), medians of {args.rounds} round(s); rfc3987-syntax blocked "
-            "unless the row says otherwise (the Makefile uninstalls it).",
-            "",
-            "| command | wall (s) | CPU (s) | wall per submission (s) "
-            "| speed-up vs nbgrader |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        notes = [
-            "",
-            "CPU (s) counts the processes the command waited for; the sandboxed "
-            "kernels run in their own PID namespace and are reaped there, so the "
-            "sandboxed row leaves most of the kernels' CPU time out.",
-        ]
-        for name, _, _ in runs:
-            wall = statistics.median(walls[name])
-            cpu = statistics.median(cpus[name])
-            lines.append(
-                f"| {name} | {wall:.1f} | {cpu:.1f} | {wall / args.submissions:.2f} | "
-                f"{baseline / wall:.2f}x |"
-            )
-        lines += notes
-        lines += ["", "| `nbgrader --version` start-up | wall (s) |", "|---|---:|"]
-        lines += [f"| {k} | {v:.2f} |" for k, v in startup.items()]
-        if with_rfc:
-            saved = (
-                startup["rfc3987-syntax installed"] - startup["rfc3987-syntax removed"]
-            )
-            slower = statistics.median(walls[runs[-1][0]]) - baseline
-            lines += [
-                "",
-                f"rfc3987-syntax costs {saved:.1f} s at every nbgrader start-up; "
-                f"the sequential run took {slower:+.1f} s with it installed (a "
-                "difference of a few seconds is within the noise of a shared "
-                "machine).",
-            ]
-        if not args.no_cluster:
-            lines += _cluster_rows(tmp, base, expected, args.jobs, without)
-        print("\n".join(lines))
+        out: list[str] = []
+        for k, n in enumerate(sizes):
+            _log(f"building a course with {n} submissions in {tmp}")
+            base = tmp / f"base-{n}"
+            expected = _build(base, n)
+            if args.only_cluster:
+                out += _cluster_rows(tmp, base, expected, args.jobs, without)
+                break
+            first = k == 0
+            out += ["", *_main_rows(tmp, base, expected, args, env, without, first)]
+            if first and not args.no_cluster:
+                out += _cluster_rows(tmp, base, expected, args.jobs, without)
+        print("\n".join(out).strip("\n"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _main_rows(
+    tmp: Path,
+    base: Path,
+    expected: dict[str, float],
+    args: argparse.Namespace,
+    env: dict[str, str],
+    without: dict[str, str],
+    extras: bool,
+) -> list[str]:
+    """The main table for one class size: sequential nbgrader, course autograde
+    sandboxed (kernels forked from the warm template, and started cold), and
+    unsandboxed; with ``extras``, the rfc3987-syntax row and the start-up table."""
+    n = len(expected)
+    with_rfc = without is not env
+    nbgrader = [str(BIN / "nbgrader"), "autograde", A, "--force"]
+    course = [
+        str(BIN / "course"),
+        "autograde",
+        A,
+        "--jobs",
+        str(args.jobs),
+        "--force",
+        "--no-progress",
+    ]
+    cold = dict(without, COURSE_WARM_START="0")
+    runs = [
+        ("nbgrader autograde (sequential)", nbgrader, without),
+        (
+            f"course autograde --jobs {args.jobs} (sandboxed, warm start)",
+            course,
+            without,
+        ),
+        (f"course autograde --jobs {args.jobs} (sandboxed, cold start)", course, cold),
+        (
+            f"course autograde --jobs {args.jobs} --unsafe-no-sandbox",
+            [*course, "--unsafe-no-sandbox"],
+            without,
+        ),
+    ]
+    if with_rfc and extras:
+        runs.append(
+            ("nbgrader autograde (sequential), rfc3987-syntax installed", nbgrader, env)
+        )
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    for r in range(args.rounds):
+        for name, cmd, run_env in runs if r % 2 == 0 else runs[::-1]:
+            work = tmp / f"run-{n}-{r}-{len(walls)}"
+            shutil.copytree(base, work)
+            _log(f"{name}, {n} submissions (round {r + 1})")
+            wall, cpu = _timed(cmd, work, run_env)
+            cpus.setdefault(name, []).append(cpu)
+            got = _scores(work)
+            if got != expected:
+                raise RuntimeError(f"{name} gave {got}, expected {expected}")
+            walls.setdefault(name, []).append(wall)
+            shutil.rmtree(work)
+
+    baseline = statistics.median(walls[runs[0][0]])
+    lines = [
+        f"{n} submissions of {A}; every gradebook agrees with the expected scores "
+        f"({sorted(set(expected.values()))} points). "
+        f"{os.cpu_count()} CPUs; load average at the end "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (other processes share "
+        "the machine). Wall time of the whole command from a cold start (a new "
+        "process) and its CPU time (user + system of the command, its workers "
+        f"and kernels), medians of {args.rounds} round(s); rfc3987-syntax blocked "
+        "unless the row says otherwise (the Makefile uninstalls it).",
+        "",
+        "| command | wall (s) | CPU (s) | wall per submission (s) "
+        "| speed-up vs nbgrader |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, _, _ in runs:
+        wall = statistics.median(walls[name])
+        cpu = statistics.median(cpus[name])
+        lines.append(
+            f"| {name} | {wall:.1f} | {cpu:.1f} | {wall / n:.2f} | "
+            f"{baseline / wall:.2f}x |"
+        )
+    lines += [
+        "",
+        "CPU (s) counts the processes the command waited for; the sandboxed "
+        "kernels run in their own PID namespace and are reaped there, so the "
+        "sandboxed rows leave most of the kernels' CPU time out. Warm start: each "
+        "grading worker's template imports torch and the grading edition once, and "
+        "every kernel is forked from it into its own sandbox; cold start "
+        "(COURSE_WARM_START=0): every kernel is a new Python.",
+    ]
+    if not extras:
+        return lines
+    startup = {"rfc3987-syntax removed": _startup(without)}
+    if with_rfc:
+        startup["rfc3987-syntax installed"] = _startup(env)
+    lines += ["", "| `nbgrader --version` start-up | wall (s) |", "|---|---:|"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in startup.items()]
+    if with_rfc:
+        saved = startup["rfc3987-syntax installed"] - startup["rfc3987-syntax removed"]
+        slower = statistics.median(walls[runs[-1][0]]) - baseline
+        lines += [
+            "",
+            f"rfc3987-syntax costs {saved:.1f} s at every nbgrader start-up; "
+            f"the sequential run took {slower:+.1f} s with it installed (a "
+            "difference of a few seconds is within the noise of a shared "
+            "machine).",
+        ]
+    return lines
 
 
 if __name__ == "__main__":
