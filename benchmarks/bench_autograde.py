@@ -254,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                 "raise ImportError('rfc3987-syntax blocked for the benchmark')\n"
             )
             without = dict(env, PYTHONPATH=str(shadow.parent))
+        # The grading edition is written by a term's first run and copied from the
+        # grading user's cache by every later one: fill the cache before timing.
+        from course_lib.grading.sandbox import _grading_edition
+
+        _log("filling the grading edition cache")
+        _grading_edition()
         out: list[str] = []
         for k, n in enumerate(sizes):
             _log(f"building a course with {n} submissions in {tmp}")
@@ -339,7 +345,9 @@ def _main_rows(
         "the machine). Wall time of the whole command from a cold start (a new "
         "process) and its CPU time (user + system of the command, its workers "
         f"and kernels), medians of {args.rounds} round(s); rfc3987-syntax blocked "
-        "unless the row says otherwise (the Makefile uninstalls it).",
+        "unless the row says otherwise (the Makefile uninstalls it). The grading "
+        "edition of course_lib was in the grading user's cache (a term's first "
+        "run writes it, in about 10 s).",
         "",
         "| command | wall (s) | CPU (s) | wall per submission (s) "
         "| speed-up vs nbgrader |",

@@ -158,3 +158,38 @@ def test_every_plan_replays_to_the_pristine_verdict(plans, monkeypatch, dtype) -
     # float32
     if dtype == torch.float32:
         assert judged == len(_graders()) - 1
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_the_edition_is_written_once_then_copied_from_the_cache(
+    tmp_path, monkeypatch
+) -> None:
+    """Planning takes seconds and depends only on the library: a second run copies
+    the first run's edition from the grading user's cache, file for file."""
+    import time
+
+    from course_lib.grading import sandbox
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("COURSE_EDITION_CACHE", raising=False)
+    cache = sandbox._edition_cache()
+    assert cache is not None and not cache.exists()
+    assert (cache.parent.stat().st_mode & 0o777) == 0o700
+    first, full = sandbox._grading_edition()
+    assert (cache / "edition.json").is_file() and full == ()
+    start = time.perf_counter()
+    second, again = sandbox._grading_edition()
+    copied = time.perf_counter() - start
+    assert second != first and again == full
+    assert _tree(Path(second)) == _tree(Path(first)) == _tree(cache / "course_lib")
+    assert (Path(second) / "checks" / "_plans.pt").is_file()
+    print(f"edition copied from the cache in {copied:.2f} s")
+    monkeypatch.setenv("COURSE_EDITION_CACHE", "0")
+    assert sandbox._edition_cache() is None

@@ -300,12 +300,11 @@ def _set(limit: int, value: int) -> None:
         resource.setrlimit(limit, (value, value))
 
 
-def inner(argv: list[str]) -> None:
-    """Apply ``argv = [AS, CPU, NPROC, FSIZE, NOFILE, "--", *command]`` (0 = keep
-    the current limit) and become the command."""
-    if len(argv) < 7 or argv[5] != "--":
-        sys.exit("usage: _sandbox_exec.py inner AS CPU NPROC FSIZE NOFILE -- CMD...")
-    address_space, cpu, nproc, fsize, nofile = (int(a) for a in argv[:5])
+def apply_limits(
+    address_space: int, cpu: int, nproc: int, fsize: int, nofile: int
+) -> None:
+    """A grading kernel's resource limits (0 = keep the current one); no core files.
+    Used by ``inner`` and by the warm template's kernels alike."""
     _set(resource.RLIMIT_AS, address_space)
     if cpu > 0:
         # SIGXCPU at the soft limit; SIGKILL a second later should it be ignored.
@@ -314,6 +313,14 @@ def inner(argv: list[str]) -> None:
     _set(resource.RLIMIT_FSIZE, fsize)
     _set(resource.RLIMIT_NOFILE, nofile)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def inner(argv: list[str]) -> None:
+    """Apply ``argv = [AS, CPU, NPROC, FSIZE, NOFILE, "--", *command]`` (0 = keep
+    the current limit) and become the command."""
+    if len(argv) < 7 or argv[5] != "--":
+        sys.exit("usage: _sandbox_exec.py inner AS CPU NPROC FSIZE NOFILE -- CMD...")
+    apply_limits(*(int(a) for a in argv[:5]))
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     command = argv[6:]
     os.execv(command[0], command)

@@ -91,7 +91,7 @@ _EXEC_SCRIPT = Path(__file__).with_name("_sandbox_exec.py")
 _TEMPLATE_SCRIPT = Path(__file__).with_name("_warm_template.py")
 # How long a kernel waits for its worker's template to finish importing.
 _TEMPLATE_WAIT = 90.0
-_WARM_OFF_VALUES = {"0", "no", "off", "false"}
+_OFF_VALUES = {"0", "no", "off", "false"}
 # Inside the sandbox: Jupyter's Unix sockets and the connection file.
 _RUN_DIR = "/run/kernel"
 _IPC_PREFIX = f"{_RUN_DIR}/ipc"
@@ -381,7 +381,7 @@ class SandboxLauncher(KernelLauncher):
         can); the kernels then start cold, as a fresh Python each."""
         if not self.settings.warm_start:
             return "warm start switched off"
-        if os.environ.get("COURSE_WARM_START", "").strip().lower() in _WARM_OFF_VALUES:
+        if os.environ.get("COURSE_WARM_START", "").strip().lower() in _OFF_VALUES:
             return "warm start switched off by COURSE_WARM_START"
         import socket
 
@@ -815,12 +815,23 @@ def _course_lib_file() -> str:
 def _grading_edition() -> tuple[str, tuple[str, ...]]:
     """Write the grading edition of ``course_lib`` (see
     :func:`course_lib.grading.edition.write_grading_edition`) to a temporary folder,
-    removed when this process exits; its path and the assignments it cannot serve."""
+    removed when this process exits; its path and the assignments it cannot serve.
+
+    Writing it plans every hidden grader (about 10 s); the result depends only on the
+    library's files and the Python and torch versions, so it is kept in the grading
+    user's cache (:func:`_edition_cache`) and copied from there by later runs."""
     import atexit
 
     folder = tempfile.mkdtemp(prefix="course-grading-edition-")
     atexit.register(shutil.rmtree, folder, True)
     os.chmod(folder, 0o755)  # the sandbox may run as another user
+    cache = _edition_cache()
+    if cache is not None and (cache / "edition.json").is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            full = json.loads((cache / "edition.json").read_text())["full"]
+            out = Path(folder) / "course_lib"
+            shutil.copytree(cache / "course_lib", out)
+            return str(out), tuple(full)
     # In a child process: planning runs the hidden graders, and torch's OpenMP
     # threads started here would deadlock the grading workers forked from this
     # process later (libgomp is not fork-safe; seen as a hang in ex01's replay).
@@ -838,7 +849,48 @@ def _grading_edition() -> tuple[str, tuple[str, ...]]:
         last = (run.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise SandboxError(f"writing the grading edition of course_lib failed: {last}")
     out, full = json.loads(run.stdout.strip().splitlines()[-1])
+    if cache is not None:
+        # a complete copy appears under its final name at once, or not at all
+        with contextlib.suppress(OSError):
+            staging = Path(tempfile.mkdtemp(prefix="new-", dir=cache.parent))
+            shutil.copytree(out, staging / "course_lib")
+            (staging / "edition.json").write_text(json.dumps({"full": full}))
+            try:
+                staging.rename(cache)
+            except OSError:
+                shutil.rmtree(staging, ignore_errors=True)  # another run was first
     return out, tuple(full)
+
+
+def _edition_cache() -> Path | None:
+    """Where the grading edition of this ``course_lib`` is kept between runs:
+    ``$XDG_CACHE_HOME/course_lib/grading-edition/<key>`` (``~/.cache`` by default),
+    the key a hash of the library's files and the Python and torch versions; the
+    folders above it are private to the grading user. ``None`` when that cannot be
+    made, or with ``COURSE_EDITION_CACHE=0``: then every run writes its own."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    if os.environ.get("COURSE_EDITION_CACHE", "").strip().lower() in _OFF_VALUES:
+        return None
+    from .cluster import library_fingerprint
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "?"
+    key = hashlib.sha256(
+        f"{library_fingerprint()}\0{sys.version}\0{torch_version}".encode()
+    ).hexdigest()[:24]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    parent = root / "course_lib" / "grading-edition"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        for folder in (parent.parent, parent):
+            os.chmod(folder, 0o700)
+    except OSError:
+        return None
+    return parent / key
 
 
 def _precompile() -> None:
