@@ -99,7 +99,10 @@ def test_wheel_holds_the_student_edition_only(wheel: Path) -> None:
     sources = _sources(wheel)
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-    assert "course_lib/checks/public_expected.pt" in names
+    # every data file the package needs ships (the stored public values, the lab's
+    # and the language-model experiment's results that chapters 10 and 12 read)
+    for data in edition._DATA_FILES:
+        assert f"course_lib/{data}" in names, data
     assert not [n for n in names if "__pycache__" in n or n.startswith("solutions")]
     grading = sorted(n.rsplit("/", 1)[1] for n in sources
                      if n.startswith("course_lib/grading/"))

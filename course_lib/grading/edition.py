@@ -59,7 +59,6 @@ STUDENT_GRADING_MODULES = (
 GRADING_KERNEL_MODULES = ("_sandbox_exec.py",)
 _DATA_FILES = (
     "checks/public_expected.pt",
-    "py.typed",
     "data/lab_results.json",
     "data/lm_extrapolation.json",
 )
@@ -450,8 +449,8 @@ def _pyproject(package: Path) -> str:
         "[tool.setuptools.packages.find]\n"
         'include = ["course_lib*"]\n\n'
         "[tool.setuptools.package-data]\n"
-        '"course_lib" = ["py.typed"]\n'
-        '"course_lib.checks" = ["public_expected.pt"]\n'
+        # every data file the edition copies (_DATA_FILES), paths from course_lib/
+        f'"course_lib" = {toml_list(list(_DATA_FILES))}\n'
     )
 
 
