@@ -197,7 +197,8 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _child(conn: socket.socket) -> int:
-    """``C``: join the sandbox, fork the kernel, report its pidfd and wait status."""
+    """``C``: join the sandbox and fork ``M``, which forks the kernel and reports
+    its pidfd and PID (steps 2 and 3 of the module docstring)."""
     request, fds = _recv_request(conn)
     if len(fds) != 3:
         raise OSError("warm template: expected the kernel's stdin, stdout, stderr")
