@@ -112,7 +112,7 @@ def graded(tmp_path_factory):
     }
     for student, bias_source in students.items():
         nb = student_notebook(
-            _release_notebook(course.root),
+            course.release_dir / A / f"{A}.ipynb",
             {**answers, f"{BIAS}__answer": bias_source},
         )
         write_submission(inbox, student, A, nb)
@@ -121,13 +121,6 @@ def graded(tmp_path_factory):
     run = _course("autograde", A, "--jobs", "2", "--no-progress", cwd=course.root)
     assert run.returncode == 0, run.stderr[-3000:]
     return course, run
-
-
-def _release_notebook(root: Path) -> Path:
-    for path in sorted(root.rglob(f"{A}.ipynb")):
-        if "solutions" not in path.parts and "submitted" not in path.parts:
-            return path
-    raise FileNotFoundError(f"no released {A}.ipynb under {root}")
 
 
 def _scores(course, student: str) -> dict[str, float]:
