@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ __all__ = [
     "format_bytes",
     "kernel_context",
     "parse_bytes",
+    "use_private_ipc",
 ]
 
 _RLIMIT_SCRIPT = Path(__file__).with_name("_rlimit_exec.py")
@@ -118,11 +121,12 @@ class KernelLauncher:
         """One line for logs and reports: how kernels are confined."""
         return "no limits"
 
-    # Hooks around one kernel's life (a sandbox needs them; the defaults do nothing).
+    # Hooks around one kernel's life (a sandbox needs more of them).
 
     def prepare(self, manager: GradingKernelManager, context: KernelContext) -> None:
         """Adjust ``manager`` before its connection file is written (transport,
-        connection file location)."""
+        connection file location). By default: :func:`use_private_ipc`."""
+        use_private_ipc(manager)
 
     def wrap_for(
         self,
@@ -141,6 +145,40 @@ class KernelLauncher:
 
     def cleanup(self, manager: GradingKernelManager, context: KernelContext) -> None:
         """Release what :meth:`prepare` and :meth:`wrap_for` made for ``manager``."""
+        folder = getattr(manager, "_private_ipc_folder", None)
+        if folder is not None:
+            manager._private_ipc_folder = None
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+# A Unix socket's path must fit in sockaddr_un (108 bytes on Linux, 104 on macOS).
+_MAX_SOCKET_PATH = 100
+
+
+def use_private_ipc(manager: GradingKernelManager) -> bool:
+    """Have ``manager``'s kernel talk over Unix sockets in a new private folder
+    (mode 0700) instead of TCP ports on localhost; ``True`` if it now does.
+
+    With TCP, jupyter_client picks five free ports, closes them and writes them to
+    the connection file; the kernel binds them a second later. A kernel started by
+    another process in that window (two grading workers, or anything else on the
+    machine) can get the same port, and the kernel then dies at start with "Address
+    already in use" (exit status 1): a perfect submission reported as ungradable.
+    Socket files in a folder of this kernel's own cannot collide, and no other user
+    can connect to them. Where Unix sockets are unavailable (Windows) or the
+    temporary folder's path is too long for one, TCP stays.
+    """
+    if os.name != "posix":
+        return False
+    folder = tempfile.mkdtemp(prefix="kernel-")
+    if len(os.path.join(folder, "kernel-99999")) > _MAX_SOCKET_PATH:
+        os.rmdir(folder)
+        return False
+    manager._private_ipc_folder = folder
+    manager.transport = "ipc"
+    manager.ip = os.path.join(folder, "kernel")
+    manager.connection_file = os.path.join(folder, "connection.json")
+    return True
 
 
 class RlimitLauncher(KernelLauncher):
@@ -242,6 +280,7 @@ class GradingKernelManager(AsyncKernelManager):
     current :class:`KernelContext`, and which reports each kernel it starts."""
 
     _grading_context: KernelContext | None = None
+    _private_ipc_folder: str | None = None  # see use_private_ipc
 
     @property
     def launch_cwd(self) -> str | None:
