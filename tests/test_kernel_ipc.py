@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -27,6 +29,7 @@ from course_lib.grading.kernel import (
 )
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="Unix sockets")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Watching(RlimitLauncher):
@@ -89,3 +92,41 @@ def test_a_port_taken_by_another_process_cannot_kill_the_kernel(monkeypatch):
         taken.close()
     assert nb.cells[0].outputs[0]["text"] == "alive\n"
     assert asked == []
+
+
+class _DiesAtStart(KernelLauncher):
+    """A kernel that exits with status 1 before it answers (as one did when another
+    process took its port)."""
+
+    def wrap(self, command, context):
+        return [sys.executable, "-c", "import sys; sys.exit(1)"]
+
+
+def test_a_kernel_that_dies_at_start_is_reported_as_such(tmp_path):
+    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.collect import collect
+    from course_lib.grading.release import release
+    from course_lib.grading.synthetic import (
+        scratch_course,
+        solution_answers,
+        student_notebook,
+        write_submission,
+    )
+
+    a = "ex05_alibi"
+    course = scratch_course(tmp_path / "course", ROOT, [a])
+    release(course, a)
+    src = course.source_dir / a / f"{a}.ipynb"
+    rel = course.release_dir / a / f"{a}.ipynb"
+    write_submission(
+        tmp_path / "inbox", "perfect", a, student_notebook(rel, solution_answers(src))
+    )
+    collect(course, tmp_path / "inbox", a)
+    summary = autograde(
+        course, a, AutogradeOptions(launcher=_DiesAtStart(), progress=False)
+    )
+    [outcome] = summary.outcomes
+    assert (outcome.student, outcome.status) == ("perfect", "ungradable")
+    assert outcome.reason == (
+        "the kernel exited with status 1 as it started, before any cell ran"
+    )

@@ -324,10 +324,13 @@ def _cell_failures(notebook_path: Path, limit: int | None = None) -> dict[str, s
     return failures
 
 
-def _describe_death(codes: list[int | None]) -> str:
+def _describe_death(codes: list[int | None], at_start: bool = False) -> str:
+    """Why the kernel died, from its exit status; ``at_start``: before it answered
+    (no cell of the notebook had run, so nothing the student wrote caused it)."""
+    when = "as it started, before any cell ran" if at_start else "while the notebook ran"
     code = next((c for c in codes if c not in (None, 0)), None)
     if code is None:
-        return "the kernel died while the notebook ran"
+        return f"the kernel died {when}"
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -338,8 +341,8 @@ def _describe_death(codes: list[int | None]) -> str:
             "SIGXCPU": " (the CPU-time limit)",
             "SIGSEGV": " (a crash in native code, often a failed allocation)",
         }.get(name, "")
-        return f"the kernel died from {name}{hint} while the notebook ran"
-    return f"the kernel exited with status {code} while the notebook ran"
+        return f"the kernel died from {name}{hint} {when}"
+    return f"the kernel exited with status {code} {when}"
 
 
 _NBGRADER_ERRORS = (
@@ -566,7 +569,8 @@ def _grade(
         return out
     if not result.get("success"):
         if "DeadKernelError" in log_text or "Kernel died" in log_text:
-            reason = _describe_death(context.exit_codes())
+            at_start = "before replying to kernel_info" in log_text  # nbclient's
+            reason = _describe_death(context.exit_codes(), at_start)
         elif "CellTimeoutError" in log_text or "UnresponsiveKernelError" in log_text:
             limit = (
                 f"{spec.cell_timeout} s per cell" if spec.cell_timeout else "per cell"
