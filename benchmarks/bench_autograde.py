@@ -9,9 +9,9 @@ A scratch course with ex05_alibi is released once and given ``--submissions``
 synthetic submissions (right answers, a wrong sign, untouched stubs, in turn). Each
 command grades its own copy of it from a cold start (a new process, as an instructor
 runs it); the order of the commands alternates between rounds, and every gradebook
-must hold the expected scores. ``course autograde`` runs with its sandbox and
-kernels forked from the warm template (``COURSE_WARM_START=1``), with the sandbox
-and cold kernels (the default), and with ``--unsafe-no-sandbox`` (the sandbox's cost).
+must hold the expected scores. ``course autograde`` runs with its default sandbox
+(kernels forked from the warm template), with the sandbox and cold kernels
+(``COURSE_WARM_START=0``), and with ``--unsafe-no-sandbox`` (the sandbox's cost).
 The optional package ``rfc3987-syntax`` (the Makefile uninstalls it) slows every
 start of nbgrader: it is blocked (a shadow package on ``PYTHONPATH`` that raises
 ``ImportError``, which is what uninstalling it amounts to) in the main rows, and
@@ -302,14 +302,13 @@ def _main_rows(
         "--force",
         "--no-progress",
     ]
-    warm = dict(without, COURSE_WARM_START="1")
     cold = dict(without, COURSE_WARM_START="0")
     runs = [
         ("nbgrader autograde (sequential)", nbgrader, without),
         (
             f"course autograde --jobs {args.jobs} (sandboxed, warm start)",
             course,
-            warm,
+            without,
         ),
         (f"course autograde --jobs {args.jobs} (sandboxed, cold start)", course, cold),
         (
@@ -367,9 +366,8 @@ def _main_rows(
         "kernels run in their own PID namespace and are reaped there, so the "
         "sandboxed rows leave most of the kernels' CPU time out. Warm start: each "
         "grading worker's template imports torch and the grading edition once, and "
-        "every kernel is forked from it into its own sandbox (COURSE_WARM_START=1); "
-        "cold start "
-        "(the default for now): every kernel is a new Python.",
+        "every kernel is forked from it into its own sandbox; cold start "
+        "(COURSE_WARM_START=0): every kernel is a new Python.",
     ]
     if not extras:
         return lines

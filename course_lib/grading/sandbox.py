@@ -53,9 +53,8 @@ next to the solutions, the gradebook and the other students' work. With
   kernel, with no file descriptor of the template left open; and whatever it
   writes lives in its sandbox's tmpfs, which goes with the sandbox. Where the
   template cannot be used (no ``fork`` or pidfd, a bubblewrap without
-  ``--as-pid-1``), kernels start cold, and the run says so in one line. For now
-  the warm start is opt-in (``COURSE_WARM_START=1``): in one of two full test runs
-  a warm ex09 kernel exited with status 1, and the cause is not known yet.
+  ``--as-pid-1``, ``COURSE_WARM_START=0``), kernels start cold, and the run says so
+  in one line.
 
 :func:`sandbox_problem` says in one sentence why the sandbox cannot be built on this
 machine (``None`` when it can); ``course autograde`` refuses to grade without the
@@ -93,7 +92,6 @@ _TEMPLATE_SCRIPT = Path(__file__).with_name("_warm_template.py")
 # How long a kernel waits for its worker's template to finish importing.
 _TEMPLATE_WAIT = 90.0
 _OFF_VALUES = {"0", "no", "off", "false"}
-_ON_VALUES = {"1", "yes", "on", "true"}
 # Inside the sandbox: Jupyter's Unix sockets and the connection file.
 _RUN_DIR = "/run/kernel"
 _IPC_PREFIX = f"{_RUN_DIR}/ipc"
@@ -383,8 +381,8 @@ class SandboxLauncher(KernelLauncher):
         can); the kernels then start cold, as a fresh Python each."""
         if not self.settings.warm_start:
             return "warm start switched off"
-        if os.environ.get("COURSE_WARM_START", "").strip().lower() not in _ON_VALUES:
-            return "warm start not switched on: COURSE_WARM_START=1"
+        if os.environ.get("COURSE_WARM_START", "").strip().lower() in _OFF_VALUES:
+            return "warm start switched off by COURSE_WARM_START"
         import socket
 
         if not sys.platform.startswith("linux") or not all(
@@ -425,9 +423,7 @@ class SandboxLauncher(KernelLauncher):
         if problem is None and template.process.poll() is not None:
             problem = f"the template exited with status {template.process.returncode}"
         if problem is not None:
-            # a choice of the instructor's is in the run's description; anything
-            # else is said once, here
-            if not problem.startswith("warm start") and problem not in self._said:
+            if problem not in self._said:
                 self._said.add(problem)
                 print(f"kernels start cold: {problem}", file=sys.stderr)
             return None
