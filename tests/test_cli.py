@@ -455,6 +455,77 @@ def test_check_refuses_a_broken_file(tmp_path):
     assert cli.main(["check", str(plain)]) == 2
 
 
+def _record_early_kernels(monkeypatch) -> list:
+    """The processes of the kernels `course check` starts before reading the file."""
+    from course_lib.grading import check
+
+    started: list = []
+    start = check._start_kernel
+
+    def recording(kernel, cwd):
+        km = start(kernel, cwd)
+        started.append((km, km.provisioner.process))
+        return km
+
+    monkeypatch.setattr(check, "_start_kernel", recording)
+    return started
+
+
+def test_check_starts_the_kernel_before_reading_and_ends_it_on_an_error(
+    tmp_path, monkeypatch
+):
+    """The kernel boots while the notebook is read and repaired; a notebook that
+    turns out to have no public checks leaves no kernel (nor connection file)."""
+    from course_lib.grading import check, repair
+
+    order: list[str] = []
+    started = _record_early_kernels(monkeypatch)
+    read = repair.read_notebook
+
+    def reading(*args, **kwargs):
+        order.append(f"read after {len(started)} kernel(s)")
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(repair, "read_notebook", reading)
+    plain = tmp_path / "plain.ipynb"
+    plain.write_bytes(_nb_bytes("no checks here"))
+    with pytest.raises(CourseError, match="no public checks"):
+        check.check_notebook(plain)
+    assert order == ["read after 1 kernel(s)"]
+    (km, process), = started
+    assert process.wait(timeout=10) is not None  # ended, not left running
+    assert not Path(km.connection_file).exists()
+
+
+def test_check_starts_no_kernel_for_a_file_that_is_no_notebook(
+    tmp_path, monkeypatch, capsys
+):
+    started = _record_early_kernels(monkeypatch)
+    bad = tmp_path / "x.ipynb"
+    bad.write_text("{ nope")
+    assert cli.main(["check", str(bad)]) == 2
+    assert "not a valid notebook" in capsys.readouterr().err
+    assert started == []
+
+
+def test_check_reports_a_kernel_that_does_not_exist(tmp_path):
+    """A notebook naming a kernel this machine lacks: the report says the notebook
+    could not run (the early start's failure is left to nbclient, as before)."""
+    import nbformat
+
+    from course_lib.grading.check import check_notebook
+
+    nb = nbformat.read(str(ROOT / "notebooks" / A / f"{A}.ipynb"), as_version=4)
+    nb.metadata["kernelspec"] = {"name": "no-such-kernel", "display_name": "?"}
+    path = tmp_path / f"{A}.ipynb"
+    nbformat.write(nb, str(path))
+    report = check_notebook(path)
+    assert not report.ok
+    assert any(
+        "could not run" in p and "no-such-kernel" in p for p in report.problems
+    ), report.problems
+
+
 def test_regrading_depends_on_the_grader_and_what_it_imports(tmp_path):
     from course_lib.grading.autograde import _grader_files
 

@@ -15,13 +15,21 @@ student can fix it before submitting, and the checks run as grading would run th
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import CourseError
-from .kernel import GradingKernelManager, KernelContext, KernelLimits, kernel_context
+from .kernel import (
+    GradingKernelManager,
+    KernelContext,
+    KernelLimits,
+    kernel_context,
+    kill_process_group,
+)
 
 __all__ = ["CheckReport", "ExerciseResult", "check_notebook", "format_report"]
 
@@ -76,21 +84,121 @@ def _stdout(cell) -> str:
     return text.strip()
 
 
+class _CheckKernelManager(GradingKernelManager):
+    """:class:`GradingKernelManager` for ``course check``: after the kernel is killed
+    it looks for the process's end every 10 ms, not every 100 ms (jupyter_client's
+    default), so the report is not held back by a poll interval."""
+
+    async def _async_wait(self, pollinterval: float = 0.01) -> None:
+        await super()._async_wait(pollinterval=min(pollinterval, 0.01))
+
+
+def _kernel_name(metadata) -> str:
+    """The kernel a notebook's metadata names (``python3`` when none)."""
+    spec = metadata.get("kernelspec") if isinstance(metadata, dict) else None
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) and name else "python3"
+
+
+def _peek_kernel_name(path: Path) -> str | None:
+    """The kernel the notebook at ``path`` names, from a plain JSON read (no nbformat,
+    which takes longer to import than the kernel takes to launch); ``None`` when the
+    file is no JSON object (then no kernel is started before the file is read)."""
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    return _kernel_name(raw.get("metadata"))
+
+
+def _start_kernel(kernel: str, cwd: Path) -> _CheckKernelManager:
+    """Launch the kernel as nbclient would (same command, working directory and
+    history file), under the current :func:`kernel_context`; return its manager.
+    The kernel boots while the notebook is read and repaired."""
+    from jupyter_core.utils import run_sync
+
+    km = _CheckKernelManager(kernel_name=kernel)
+    # an unknown kernel raises here (NoSuchKernel), before start_kernel would log it
+    km.kernel_spec  # noqa: B018
+    # nbclient's NotebookClient.async_start_new_kernel: its ipython_hist_file default
+    extra = ["--HistoryManager.hist_file=:memory:"] if km.ipykernel else []
+    run_sync(km.start_kernel)(extra_arguments=extra, cwd=str(cwd))
+    return km
+
+
+def _discard_kernel(km: _CheckKernelManager) -> None:
+    """Shut down a kernel started early that is not used (its process group is
+    killed with the context's anyway)."""
+    from jupyter_core.utils import run_sync
+
+    with contextlib.suppress(Exception):
+        run_sync(km.shutdown_kernel)(now=True)
+
+
 def check_notebook(
     path: str | Path,
     *,
     cell_timeout: int = 120,
     limits: KernelLimits | None = None,
 ) -> CheckReport:
-    """Run the notebook at ``path`` and return one result per public check."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
+    """Run the notebook at ``path`` and return one result per public check.
 
-    from .repair import Reference, Ungradable, read_notebook, repair_notebook
-
+    The kernel is launched first, from a quick look at the file for its kernel name:
+    it boots while this process imports nbformat and nbclient and reads and repairs
+    the notebook. Nothing runs in it before nbclient runs the repaired copy."""
     path = Path(path).resolve()
     if not path.is_file():
         raise CourseError(f"{path} does not exist")
+    limits = limits or KernelLimits(wall_seconds=None)
+    context = KernelContext(limits=limits)
+    timer = None
+
+    def start_timer() -> None:
+        nonlocal timer
+        if limits.wall_seconds is not None and timer is None:
+            timer = threading.Timer(limits.wall_seconds, context.kill)
+            timer.daemon = True
+            timer.start()
+
+    km = None  # the kernel started early, until nbclient takes it over
+    with kernel_context(context):
+        try:
+            early = _peek_kernel_name(path)
+            if early is not None:
+                try:
+                    km = _start_kernel(early, path.parent)
+                except Exception:  # noqa: BLE001 - nbclient tries again, reports it
+                    for pid in list(context.pids):
+                        kill_process_group(pid)
+                else:
+                    start_timer()
+            nb, accidents, origins = _read_and_repair(path)
+            kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
+            if km is not None and km.kernel_name != kernel:  # the quick look erred
+                _discard_kernel(km)
+                km = None
+            client = _client(nb, path, kernel, cell_timeout, km)
+            km = None  # nbclient shuts it down, as it would its own
+            start_timer()
+            problems = _execute(client, context, limits)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if km is not None:  # an error before the run (no public checks, ...)
+                _discard_kernel(km)
+            context.kill()
+    report = _report(path, nb, problems, origins)
+    report.accidents = accidents
+    return report
+
+
+def _read_and_repair(path: Path):
+    """The repaired copy of the notebook (the student's file is never modified), the
+    accidents repaired, and each cell's number in the student's file."""
+    from .repair import Reference, Ungradable, read_notebook, repair_notebook
+
     try:
         nb, _ = read_notebook(path, path.name)
     except Ungradable as exc:
@@ -108,49 +216,49 @@ def check_notebook(
             f"{path.name} has no public checks (cells whose nbgrader grade_id ends "
             f"in {PUBLIC_SUFFIX!r})"
         )
-    limits = limits or KernelLimits(wall_seconds=None)
-    context = KernelContext(limits=limits)
-    problems: list[str] = []
-    kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
-    work = nb  # the repaired copy: the student's file is never modified
+    return nb, accidents, repaired.origins
+
+
+def _client(nb, path: Path, kernel: str, cell_timeout: int, km):
+    from nbclient import NotebookClient
+
     client = NotebookClient(
-        work,
+        nb,
+        km=km,
         timeout=cell_timeout,
         kernel_name=kernel,
         allow_errors=True,
         interrupt_on_timeout=True,
         shutdown_kernel="immediate",
-        kernel_manager_class=GradingKernelManager,
+        kernel_manager_class=_CheckKernelManager,
         resources={"metadata": {"path": str(path.parent)}},
     )
-    timer = None
-    if limits.wall_seconds is not None:
-        timer = threading.Timer(limits.wall_seconds, context.kill)
-        timer.daemon = True
-        timer.start()
-    with kernel_context(context):
-        try:
-            # the kernel's own log lines (stderr) are not the student's concern
-            client.execute(stderr=subprocess.DEVNULL)
-        except DeadKernelError:
-            if context.killed:
-                problems.append(
-                    f"the notebook exceeded {limits.wall_seconds:g} s and was stopped"
-                )
-            else:
-                problems.append(
-                    "the kernel died while the notebook ran (did a cell call "
-                    "exit() or run out of memory?); later cells did not run"
-                )
-        except Exception as exc:  # noqa: BLE001 - e.g. a kernel that never started
-            problems.append(f"the notebook could not run: {type(exc).__name__}: {exc}")
-        finally:
-            if timer is not None:
-                timer.cancel()
-            context.kill()
-    report = _report(path, work, problems, repaired.origins)
-    report.accidents = accidents
-    return report
+    # a kernel started early is shut down at the end like one nbclient started
+    client.owns_km = True
+    return client
+
+
+def _execute(client, context: KernelContext, limits: KernelLimits) -> list[str]:
+    """Run every cell of the client's notebook; what went wrong outside the cells."""
+    from nbclient.exceptions import DeadKernelError
+
+    problems: list[str] = []
+    try:
+        # the kernel's own log lines (stderr) are not the student's concern
+        client.execute(stderr=subprocess.DEVNULL)
+    except DeadKernelError:
+        if context.killed:
+            problems.append(
+                f"the notebook exceeded {limits.wall_seconds:g} s and was stopped"
+            )
+        else:
+            problems.append(
+                "the kernel died while the notebook ran (did a cell call "
+                "exit() or run out of memory?); later cells did not run"
+            )
+    except Exception as exc:  # noqa: BLE001 - e.g. a kernel that never started
+        problems.append(f"the notebook could not run: {type(exc).__name__}: {exc}")
+    return problems
 
 
 def _report(
