@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import inspect
 import os
 import sys
 from pathlib import Path
@@ -91,6 +90,15 @@ def _memory(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _LazyVersion(argparse._VersionAction):
+    """``--version``, which looks the version up only when asked (the installed
+    package's metadata: a scan of the environment every command would pay)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.version = f"%(prog)s {_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (exit status 2)."""
 
@@ -110,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_LazyVersion)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     quiet_opts = _Parser(add_help=False)
@@ -484,6 +492,8 @@ def _cmd_lab(args) -> int:
     # the lab's bar only for a person watching (see _progress_wanted)
     if (quiet or not sys.stderr.isatty()) and "--no-progress" not in lab_args:
         lab_args.append("--no-progress")
+    import inspect
+
     if inspect.signature(entry).parameters:
         code = entry(lab_args)
     else:
