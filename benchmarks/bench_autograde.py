@@ -4,6 +4,7 @@
     python -m benchmarks.bench_autograde                  # 8, then 32 submissions
     python -m benchmarks.bench_autograde --submissions 16 --jobs 2 --rounds 2
     python -m benchmarks.bench_autograde --only-cluster   # --cluster against --jobs
+    python -m benchmarks.bench_autograde --check-only     # `course check` start-up
 
 A scratch course with ex05_alibi is released once and given ``--submissions``
 synthetic submissions (right answers, a wrong sign, untouched stubs, in turn). Each
@@ -16,6 +17,11 @@ The optional package ``rfc3987-syntax`` (the Makefile uninstalls it) slows every
 start of nbgrader: it is blocked (a shadow package on ``PYTHONPATH`` that raises
 ``ImportError``, which is what uninstalling it amounts to) in the main rows, and
 its cost is measured separately.
+``course check`` (a student's command) is timed on its own, after the autograde
+tables or alone with ``--check-only``: the median wall time of ``--check-runs`` runs
+on the release notebook of ex05, each a new process, against the floor measured in
+the same run, a new Python importing torch (every check starts a fresh kernel, which
+imports it).
 Prints a markdown report on stdout; progress goes to stderr.
 """
 
@@ -237,7 +243,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the cluster rows (course autograde --cluster against --jobs)",
     )
+    ap.add_argument(
+        "--check-only",
+        action="store_true",
+        help="only the `course check` rows (no course is built, nothing graded)",
+    )
+    ap.add_argument(
+        "--check-runs",
+        type=int,
+        default=5,
+        help="runs of each `course check` row (median reported; default 5)",
+    )
     args = ap.parse_args(argv)
+    if args.check_only:
+        print("\n".join(_check_rows(args.check_runs)))
+        return 0
 
     sizes = [int(n) for n in str(args.submissions).split(",") if n.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="bench-autograde-"))
@@ -272,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             out += ["", *_main_rows(tmp, base, expected, args, env, without, first)]
             if first and not args.no_cluster:
                 out += _cluster_rows(tmp, base, expected, args.jobs, without)
+        if not args.only_cluster:
+            out += ["", *_check_rows(args.check_runs)]
         print("\n".join(out).strip("\n"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -386,6 +408,73 @@ def _main_rows(
             "difference of a few seconds is within the noise of a shared "
             "machine).",
         ]
+    return lines
+
+
+def _check_rows(runs: int) -> list[str]:
+    """``course check`` on the release notebook of ex05 (its two exercises are the
+    stubs: both fail, exit status 1), each run a new process, against what any new
+    Python that imports torch pays; the commands alternate, medians of ``runs``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONPATH", None)
+    release = ROOT / "notebooks" / A / f"{A}.ipynb"
+    python = sys.executable
+    check = f"course check notebooks/{A}/{A}.ipynb"
+    course = str(BIN / "course")
+    kernel_imports = "import ipykernel.kernelapp, torch, course_lib.checks"
+    rows = [
+        ("`course --version`", [course, "--version"], (0,)),
+        ("`python -c 'import course_lib'`", [python, "-c", "import course_lib"], (0,)),
+        ("`python -c 'import torch'` (floor)", [python, "-c", "import torch"], (0,)),
+        (
+            f"`python -c '{kernel_imports}'` (what the check's kernel imports)",
+            [python, "-c", kernel_imports],
+            (0,),
+        ),
+        (f"`{check}` (release notebook)", [course, "check", str(release)], (1,)),
+    ]
+    walls: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    for r in range(runs):
+        for name, cmd, codes in rows if r % 2 == 0 else rows[::-1]:
+            _log(f"{name} (run {r + 1} of {runs})")
+            start = time.perf_counter()
+            out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            walls[name].append(time.perf_counter() - start)
+            if out.returncode not in codes or (
+                cmd[1:2] == ["check"]
+                and ("note:" in out.stdout or "0 of 2 exercises pass" not in out.stdout)
+            ):
+                raise RuntimeError(
+                    f"{' '.join(cmd)} exited {out.returncode}:\n"
+                    f"{out.stdout[-2000:]}{out.stderr[-2000:]}"
+                )
+    median = {name: statistics.median(w) for name, w in walls.items()}
+    floor = median[rows[2][0]]
+    kernel = median[rows[3][0]]
+    total = median[rows[4][0]]
+    lines = [
+        f"`course check`, a student's command: each command a new process, run "
+        f"{runs} times, the commands alternating; {os.cpu_count()} CPUs, load "
+        f"average at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}.",
+        "",
+        "| command (new process) | median wall (s) | fastest (s) |",
+        "|---|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {median[name]:.2f} | {min(walls[name]):.2f} |"
+        for name, _, _ in rows
+    ]
+    lines += [
+        "",
+        f"`course check` runs the notebook in a new kernel (student code never runs "
+        f"in the command's own process), and that kernel imports torch: "
+        f"{floor:.2f} s of the {total:.2f} s is what any new Python pays for "
+        f"`import torch` here, {kernel:.2f} s what it pays for the kernel's and the "
+        f"checks' imports as well. The command itself imports no torch; it starts "
+        f"the kernel before it reads and repairs the notebook, so its own "
+        f"start-up is spent while the kernel boots.",
+    ]
     return lines
 
 
