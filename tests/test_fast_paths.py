@@ -265,6 +265,43 @@ def test_half_rotation_in_blocks_equals_one_pass(gen, monkeypatch, dtype, positi
     close(blocked, apply_rope(x, pos, convention="half"))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seq", [1, 4, 5, 7])
+def test_half_rotation_blocks_on_strided_inputs_out_and_in_place(
+    gen, monkeypatch, dtype, seq
+):
+    """Blocks of 2 positions (one block, whole blocks, a ragged last block of one)
+    on a non-contiguous x (transposed, a slice of wider rows), written fresh, into
+    a slice of a key cache and in place: at every block boundary the rotation of
+    one pass within the rounding bound, and nothing outside the slice written."""
+    shape = (2, 3, seq, 12)
+    wide = torch.randn(2, seq, 3, 16, generator=gen, dtype=dtype)
+    x = wide.transpose(1, 2)[..., 2:14]  # heads split by a transpose, rows of 16
+    assert not x.is_contiguous()
+    rope = RotaryEmbedding(12, convention="half", max_seq_len=2)
+    pos = torch.arange(3, 3 + seq)
+    rope(x, pos)  # grow the cache
+    cos2, sin = (f[pos] for f in rope._cached_factors(dtype, x.device))
+    per_position = 2 * 3 * 12 * x.element_size()
+    budget = (2 * per_position) // torch.get_num_threads() + 1  # 2 positions a block
+    monkeypatch.setattr(rope_module, "BLOCK_BYTES_PER_THREAD", budget)
+    monkeypatch.setattr(rope_module, "MAX_BLOCKS", 4)
+    assert rope_module._half_block(x) == 2
+    fresh = rope(x, pos)
+    cache = torch.zeros(2, 3, seq + 4, 12, dtype=dtype)
+    rope(x, pos, out=cache[:, :, 2 : 2 + seq])
+    inplace = x.clone()
+    assert rope(inplace, pos, out=inplace) is inplace
+    _one_block(monkeypatch)
+    whole = rope(x.contiguous(), pos)
+    bound = _half_error_bound(x, cos2, sin)
+    for got in (fresh, cache[:, :, 2 : 2 + seq], inplace):
+        assert got.shape == shape
+        assert ((got - whole).abs() <= bound).all()
+    assert not cache[:, :, :2].any() and not cache[:, :, 2 + seq :].any()
+    close(fresh, apply_rope(x, pos, convention="half"))
+
+
 def test_half_rotation_blocks_are_whole_positions(monkeypatch):
     """The block size follows the bytes per position (all batch rows and heads of
     a position share its table row): one position per block when a single position
