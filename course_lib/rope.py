@@ -250,9 +250,9 @@ and its output (1 MiB together) stay in the 1 MiB L2 cache of the core working o
 them between the three passes. Measured with one thread on a 2-core AMD EPYC (1 MiB
 of L2 per core, 32 MiB of L3 shared with other tenants): against 2 MiB, 512 KiB
 blocks took 0.75 to 0.9 times as long at (4, 8, 1024, 64) (ad-hoc timings and
-``benchmarks/RESULTS.md``) and as long, within the noise, at (1, 32, 4096, 128); 256 KiB was as fast at the small shape and
-slower at the large one, where a block's 32 heads are then 32 runs of only 8 KiB
-each from main memory."""
+``benchmarks/RESULTS.md``) and as long, within the noise, at (1, 32, 4096, 128);
+256 KiB was as fast at the small shape and slower at the large one, where a
+block's 32 heads are then 32 runs of only 8 KiB each from main memory."""
 
 
 MAX_BLOCKS = 4
