@@ -149,3 +149,21 @@ def test_course_version_script():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("course ")
+
+
+def test_the_graders_see_every_library_module_at_once():
+    """The reference trap collects the library's functions when a grader runs: with
+    a lazy package, a module no grader imports (course_lib.conventions) would be
+    missing from it, private helpers and all, until something loaded it."""
+    proc = _fresh(
+        "import sys\n"
+        "import course_lib.checks.ex05_alibi\n"
+        "from course_lib.checks._core import _public_callables\n"
+        "import course_lib\n"
+        "missing = [m for m in course_lib._EXPORTS\n"
+        "           if f'course_lib.{m}' not in sys.modules]\n"
+        "assert not missing, missing\n"
+        "names = set(_public_callables().values())\n"
+        "assert 'course_lib.conventions._permute_head_rows' in names, sorted(names)\n"
+    )
+    assert proc.returncode == 0, proc.stderr
