@@ -386,8 +386,8 @@ def _main_rows(
         "",
         "CPU (s) counts the processes the command waited for; the sandboxed "
         "kernels run in their own PID namespace and are reaped there, so the "
-        "sandboxed rows leave most of the kernels' CPU time out. Warm start: each "
-        "grading worker's template imports torch and the grading edition once, and "
+        "sandboxed rows leave most of the kernels' CPU time out. Warm start: the "
+        "run's template imports torch and the grading edition once, and "
         "every kernel is forked from it into its own sandbox; cold start "
         "(COURSE_WARM_START=0): every kernel is a new Python.",
     ]

@@ -11,7 +11,11 @@ is taken, and said, when the warm start is switched off.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 
 import nbformat
 import pytest
@@ -102,7 +106,7 @@ def warm_launcher():
     if problem is not None:
         pytest.skip(f"no warm start here: {problem}")
     yield launcher
-    launcher.stop_templates()
+    launcher.cool_down()
 
 
 def test_a_kernel_leaves_nothing_for_the_next(warm_launcher, tmp_path):
@@ -113,7 +117,7 @@ def test_a_kernel_leaves_nothing_for_the_next(warm_launcher, tmp_path):
     first.mkdir()
     second.mkdir()
     assert _run(context, first, _LEAVE) == ["left"]
-    (template,) = warm_launcher._templates.values()
+    template = warm_launcher._template_state
     template_pid = template.process.pid
     found = json.loads(_run(context, second, _LOOK)[0])
     assert found.pop("files") == []
@@ -127,7 +131,7 @@ def test_a_kernel_leaves_nothing_for_the_next(warm_launcher, tmp_path):
         "random_seeded_1234": False,
     }
     # the same template served both kernels, and is still the process it was
-    (again,) = warm_launcher._templates.values()
+    again = warm_launcher._template_state
     assert again.process.pid == template_pid and again.process.poll() is None
     assert pid != template_pid  # a kernel is a child, never the template itself
     # nothing the kernels wrote reached the host's folders
@@ -155,7 +159,8 @@ def test_the_description_says_warm_or_cold(monkeypatch):
         pytest.skip("bubblewrap is not installed (make test installs it)")
     launcher = SandboxLauncher(SandboxSettings())
     if launcher.warm_problem() is None:
-        assert "warm start" in launcher.describe(KernelContext(KernelLimits(), launcher))
+        context = KernelContext(KernelLimits(), launcher)
+        assert "warm start (each kernel forked" in launcher.describe(context)
     monkeypatch.setenv("COURSE_WARM_START", "0")
     assert launcher.warm_problem() == "warm start switched off by COURSE_WARM_START"
     assert "cold start (warm start switched off by COURSE_WARM_START)" in (
@@ -175,4 +180,82 @@ def test_a_cold_kernel_still_works_when_switched_off(monkeypatch, tmp_path):
     )
     out = _run(context, tmp_path, "import torch, os\nprint(torch.ones(3).sum().item())")
     assert out == ["3.0"]
-    assert launcher._templates == {}  # no template was started
+    assert launcher._template_state is None  # no template was started
+
+
+def test_one_template_per_run_shared_by_forked_workers_and_removed_after(tmp_path):
+    """warm_up starts the template in the grading process; a worker forked after it
+    uses the same one (one import of torch per run, not per worker); cool_down
+    leaves no process, socket or folder behind."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (make test installs it)")
+    launcher = SandboxLauncher(SandboxSettings(max_processes=40))
+    if launcher.warm_problem() is not None:
+        pytest.skip(f"no warm start here: {launcher.warm_problem()}")
+    log = tmp_path / "workers.log"
+    launcher.warm_up("ex05_alibi", str(log))
+    template = launcher._template_state
+    assert template is not None and template.owner == os.getpid()
+    socket_folder = os.path.dirname(template.socket)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # a grading worker: same template, and it knows it is alive
+        os.close(read_end)
+        mine = launcher._template()
+        ok = mine.socket == template.socket and mine.exit_status() is None
+        os.write(write_end, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write_end)
+    assert os.read(read_end, 1) == b"1"
+    os.close(read_end)
+    os.waitpid(child, 0)
+    launcher.cool_down()
+    assert template.process.poll() is not None
+    assert launcher._template_state is None
+    assert not os.path.exists(socket_folder)
+    assert not os.path.exists(os.path.dirname(socket_folder))  # the run's folder
+
+
+def test_a_dead_template_sends_kernels_cold_at_once(tmp_path):
+    """A template that died is noticed: by its owner from its exit status, by a
+    forked worker from /proc, and by a kernel's connection (refused: the socket
+    exists only while the template listens) without waiting for it."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (make test installs it)")
+    from course_lib.grading._sandbox_exec import _connect, process_gone
+
+    launcher = SandboxLauncher(SandboxSettings(max_processes=40))
+    if launcher.warm_problem() is not None:
+        pytest.skip(f"no warm start here: {launcher.warm_problem()}")
+    template = launcher._template(str(tmp_path / "workers.log"))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(template.socket) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = template.process.pid
+    conn = _connect(template.socket, 1.0, pid)
+    assert conn is not None
+    conn.close()  # the template's fork for it reads no request, and exits
+    children = f"/proc/{pid}/task/{pid}/children"
+    while open(children).read().strip() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    template.process.kill()
+    template.process.wait()
+    start = time.monotonic()
+    assert _connect(template.socket, 60.0, pid) is None
+    assert time.monotonic() - start < 5.0  # not the 60 s wait for a slow import
+    assert process_gone(pid)
+    # a zombie (a dead template its owner has not waited for) counts as gone too
+    sleeper = subprocess.Popen(["sleep", "60"])
+    assert not process_gone(sleeper.pid)
+    sleeper.kill()
+    stat = f"/proc/{sleeper.pid}/stat"
+    while open(stat).read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    assert process_gone(sleeper.pid)
+    sleeper.wait()
+    assert launcher._warm_for([sys.executable, "-m", "ipykernel_launcher"], "/") is None
+    context = KernelContext(
+        limits=KernelLimits(memory=2 << 30, wall_seconds=120), launcher=launcher
+    )
+    assert _run(context, tmp_path, "print(2 + 3)") == ["5"]  # cold, and it works
+    launcher.cool_down()

@@ -139,7 +139,11 @@ def outer(spec_path: str) -> None:
         _stage(spec["stage"])
     info_fd = os.open(spec["info_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     warm = spec.get("warm")
-    conn = _connect(warm["socket"], float(warm["wait"])) if warm else None
+    conn = (
+        _connect(warm["socket"], float(warm["wait"]), int(warm.get("pid", 0)))
+        if warm
+        else None
+    )
     # opened before dropping privileges: the file belongs to the grader
     info_reader = os.open(spec["info_file"], os.O_RDONLY) if conn else -1
     drop = spec.get("drop")
@@ -161,9 +165,21 @@ def outer(spec_path: str) -> None:
     os.execv(argv[0], argv)
 
 
-def _connect(path: str, wait: float):
-    """A connection to the warm template at ``path`` (waiting up to ``wait`` seconds
-    for it to start), or ``None``."""
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (or is a zombie nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
+def _connect(path: str, wait: float, pid: int = 0):
+    """A connection to the warm template at ``path``, or ``None``: at once when the
+    template (process ``pid``) is gone, else after waiting up to ``wait`` seconds
+    for it to finish importing (its socket appears only once it accepts, so a
+    refused connection means it has exited)."""
     import socket
     import time
 
@@ -173,8 +189,10 @@ def _connect(path: str, wait: float):
         try:
             conn.connect(path)
             return conn
-        except OSError:
+        except OSError as exc:
             conn.close()
+            if isinstance(exc, ConnectionRefusedError) or (pid and process_gone(pid)):
+                return None
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
@@ -224,6 +242,12 @@ def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
             pidfd, (kernel,) = fds[0], struct.unpack("!i", message)
     except OSError:
         pass
+    if kernel is None:
+        os.write(
+            2,
+            b"warm start: the template did not start this kernel (why: in the "
+            b"template's messages, in the run's workers.log)\n",
+        )
 
     def interrupt(signum, frame):
         if pidfd is not None:

@@ -143,8 +143,9 @@ def _warm_imports(edition: str) -> None:
 
 
 def serve(socket_path: str, parent_fd: int, edition: str) -> None:
-    """Import, listen on ``socket_path``, fork one child per connection; exit when
-    ``parent_fd`` (a pipe from the grading process) reaches end of file."""
+    """Import, listen on ``socket_path``, fork one child per connection; when
+    ``parent_fd`` (a pipe from the grading process and its workers) reaches end of
+    file, remove the socket and exit."""
     os.chdir("/")
     _warm_imports(edition)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -157,6 +158,7 @@ def serve(socket_path: str, parent_fd: int, edition: str) -> None:
     while True:
         ready, _, _ = select.select([listener, parent_fd], [], [])
         if parent_fd in ready:
+            _remove(socket_path)
             os._exit(0)
         try:
             conn, _ = listener.accept()
@@ -175,6 +177,21 @@ def serve(socket_path: str, parent_fd: int, edition: str) -> None:
             finally:
                 os._exit(code)
         conn.close()
+
+
+def _remove(socket_path: str) -> None:
+    """Remove the socket, its folder, and the folder that holds that one if it is
+    now empty (the grading process's folder of kernel files)."""
+    folder = os.path.dirname(socket_path)
+    for remove, path in (
+        (os.unlink, socket_path),
+        (os.rmdir, folder),
+        (os.rmdir, os.path.dirname(folder)),
+    ):
+        try:
+            remove(path)
+        except OSError:
+            return
 
 
 # ------------------------------------------------------------------ one submission

@@ -327,7 +327,9 @@ def _cell_failures(notebook_path: Path, limit: int | None = None) -> dict[str, s
 def _describe_death(codes: list[int | None], at_start: bool = False) -> str:
     """Why the kernel died, from its exit status; ``at_start``: before it answered
     (no cell of the notebook had run, so nothing the student wrote caused it)."""
-    when = "as it started, before any cell ran" if at_start else "while the notebook ran"
+    when = (
+        "as it started, before any cell ran" if at_start else "while the notebook ran"
+    )
     code = next((c for c in codes if c not in (None, 0)), None)
     if code is None:
         return f"the kernel died {when}"
@@ -819,6 +821,9 @@ def _autograde(
             jobs.append(_Job(student, str(path), extensions.get(student)))
 
         scratch = Path(tempfile.mkdtemp(prefix="course-autograde-"))
+        if jobs and client is None:
+            # e.g. the sandbox's warm template: its imports overlap what follows
+            options.launcher.warm_up(assignment, str(scratch / "workers.log"))
         template = scratch / "template.db"
         references = _references(course, gb, assignment, notebooks) if jobs else ()
         if jobs:
@@ -844,6 +849,7 @@ def _autograde(
             client,
         )
     finally:
+        options.launcher.cool_down()
         shutil.rmtree(scratch, ignore_errors=True)
     outcomes.sort(key=lambda o: o.student)
     missing = set(submissions) - {o.student for o in outcomes}

@@ -143,6 +143,14 @@ class KernelLauncher:
     ) -> None:
         """Called once the kernel's process is started, before clients connect."""
 
+    def warm_up(self, assignment: str, log_path: str | None = None) -> None:
+        """Called once by a grading run before its workers start: begin whatever
+        makes this assignment's kernels start faster (the default: nothing).
+        ``log_path``: the run's log for messages from helpers started here."""
+
+    def cool_down(self) -> None:
+        """Called once when the run is over: release what :meth:`warm_up` began."""
+
     def cleanup(self, manager: GradingKernelManager, context: KernelContext) -> None:
         """Release what :meth:`prepare` and :meth:`wrap_for` made for ``manager``."""
         folder = getattr(manager, "_private_ipc_folder", None)

@@ -37,9 +37,10 @@ next to the solutions, the gradebook and the other students' work. With
 * the environment is cleared (no instructor variables, tokens or database URLs
   reach the kernel).
 * **warm start**: a new Python that imports torch costs seconds, more than most
-  submissions. So each grading worker starts one *template*
-  (``_warm_template.py``) that imports torch, numpy, IPython, ipykernel and the
-  grading edition once, and each kernel is forked from it. The sandbox is built
+  submissions. So a grading run starts one *template* (``_warm_template.py``,
+  :meth:`SandboxLauncher.warm_up`; the grading workers, forked after, share it)
+  that imports torch, numpy, IPython, ipykernel and the grading edition once, and
+  each kernel is forked from it. The sandbox is built
   exactly as for a cold kernel, with a placeholder command (``hold``, its PID 1);
   once that runs, a fork of the template joins its namespaces (checked against the
   ones bubblewrap reported), chroots to its root, and forks the kernel there, which
@@ -89,7 +90,7 @@ __all__ = [
 
 _EXEC_SCRIPT = Path(__file__).with_name("_sandbox_exec.py")
 _TEMPLATE_SCRIPT = Path(__file__).with_name("_warm_template.py")
-# How long a kernel waits for its worker's template to finish importing.
+# How long a kernel waits for the template to finish importing.
 _TEMPLATE_WAIT = 90.0
 _OFF_VALUES = {"0", "no", "off", "false"}
 # Inside the sandbox: Jupyter's Unix sockets and the connection file.
@@ -153,11 +154,22 @@ class SandboxSettings:
 
 @dataclass
 class _Template:
-    """One worker process's warm template (see :mod:`._warm_template`)."""
+    """A warm template (see :mod:`._warm_template`): started by one process, used by
+    it and by the grading workers forked from it after."""
 
     process: subprocess.Popen
     socket: str
-    pipe: int  # write end; the template exits when it is closed
+    pipe: int  # write end; the template exits once every copy of it is closed
+    owner: int  # the process that started it (and alone can wait for it)
+
+    def exit_status(self) -> int | None:
+        """The template's exit status once it has exited (``-1`` where this process
+        cannot wait for it: a worker forked after it started), else ``None``."""
+        if self.owner == os.getpid():
+            return self.process.poll()
+        from ._sandbox_exec import process_gone
+
+        return -1 if process_gone(self.process.pid) else None
 
 
 @dataclass
@@ -232,7 +244,8 @@ class SandboxLauncher(KernelLauncher):
         self.settings = settings or SandboxSettings()
         self._kernels: dict[int, _Kernel] = {}
         self._base: dict[int, Path] = {}
-        self._templates: dict[int, _Template] = {}
+        self._template_state: _Template | None = None
+        self._template_lock = threading.Lock()
         self._said: set[str] = set()
         self._lock = threading.Lock()
 
@@ -362,7 +375,7 @@ class SandboxLauncher(KernelLauncher):
         scratch = format_bytes(s.scratch_bytes) if sized else "unlimited size"
         problem = self.warm_problem()
         start = (
-            "warm start (each kernel forked from its worker's template)"
+            "warm start (each kernel forked from a template that imported torch once)"
             if problem is None
             else f"cold start ({problem})"
         )
@@ -420,8 +433,11 @@ class SandboxLauncher(KernelLauncher):
                 template = self._template()
             except OSError as exc:
                 problem = f"the template could not be started: {exc}"
-        if problem is None and template.process.poll() is not None:
-            problem = f"the template exited with status {template.process.returncode}"
+        status = None if template is None else template.exit_status()
+        if problem is None and status is not None:
+            problem = "the template exited" + (
+                f" with status {status}" if status >= 0 else ""
+            )
         if problem is not None:
             if problem not in self._said:
                 self._said.add(problem)
@@ -429,63 +445,89 @@ class SandboxLauncher(KernelLauncher):
             return None
         return template.socket
 
-    def _template(self) -> _Template:
-        """This process's template, started on first use."""
-        pid = os.getpid()
-        with self._lock:
-            template = self._templates.get(pid)
-        if template is not None:
-            return template
+    def warm_up(self, assignment: str, log_path: str | None = None) -> None:
+        """Start the template now, if this assignment's kernels can be forked from
+        it, so that its imports overlap the rest of the run's start; the grading
+        workers forked after this share it. ``log_path``: where its errors go (the
+        run's workers.log); else this process's standard error."""
+        if self.warm_problem() is not None or (
+            self.settings.library_edition
+            and assignment in self.settings.full_library_assignments
+        ):
+            return
+        with contextlib.suppress(OSError):
+            self._template(log_path)
+
+    def _template(self, log_path: str | None = None) -> _Template:
+        """The template of this process, or the one inherited from the process
+        that forked it; started on first use."""
+        with self._template_lock:  # not self._lock: _base_dir takes that one
+            if self._template_state is None:
+                self._template_state = self._start_template(log_path)
+            return self._template_state
+
+    def _start_template(self, log_path: str | None) -> _Template:
         folder = Path(tempfile.mkdtemp(prefix="template-", dir=self._base_dir()))
         folder.chmod(0o700)
         sock = str(folder / "template.sock")
         read_end, write_end = os.pipe()
         edition = self.settings.library_edition
+        log = None
         try:
-            with open(folder / "template.log", "wb") as log:
-                process = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-I",
-                        "-B",
-                        str(_TEMPLATE_SCRIPT),
-                        sock,
-                        str(read_end),
-                        os.path.dirname(os.path.realpath(edition)) if edition else "",
-                    ],
-                    env=self._kernel_env(),
-                    cwd="/",
-                    pass_fds=(read_end,),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                )
+            # The template's messages (a kernel it could not start) go to the run's
+            # log; it removes its socket and folder when it exits.
+            if log_path is not None:
+                log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-B",
+                    str(_TEMPLATE_SCRIPT),
+                    sock,
+                    str(read_end),
+                    os.path.dirname(os.path.realpath(edition)) if edition else "",
+                ],
+                env=self._kernel_env(),
+                cwd="/",
+                pass_fds=(read_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=log if log is not None else 2,
+                stderr=log,
+                start_new_session=True,
+            )
         except OSError:
             os.close(write_end)
+            shutil.rmtree(folder, ignore_errors=True)
             raise
         finally:
             os.close(read_end)
-        template = _Template(process=process, socket=sock, pipe=write_end)
-        with self._lock:
-            self._templates[pid] = template
-        return template
+            if log is not None:
+                os.close(log)
+        return _Template(
+            process=process, socket=sock, pipe=write_end, owner=os.getpid()
+        )
 
-    def stop_templates(self) -> None:
-        """Stop this process's template (it also stops by itself when this process
-        exits)."""
-        with self._lock:
-            template = self._templates.pop(os.getpid(), None)
+    def cool_down(self) -> None:
+        """Let go of the template: it exits once no process holds it (its owner
+        waits for that, up to 10 s, then kills it); it also exits by itself when
+        the processes holding it exit."""
+        with self._template_lock:
+            template, self._template_state = self._template_state, None
         if template is None:
             return
         with contextlib.suppress(OSError):
             os.close(template.pipe)
+        if template.owner != os.getpid():
+            return
         with contextlib.suppress(subprocess.TimeoutExpired):
             template.process.wait(timeout=10)
         if template.process.poll() is None:
             template.process.kill()
             template.process.wait()
         shutil.rmtree(os.path.dirname(template.socket), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(os.path.dirname(template.socket)))
 
     # ------------------------------------------------------------ internals
 
@@ -604,6 +646,7 @@ class SandboxLauncher(KernelLauncher):
                 elif entry.is_file() or entry.is_dir():
                     argv += ["--ro-bind", source(path), path]
         warm = self._warm_for(command, cwd)
+        template_pid = self._template_state.process.pid if warm else 0
         if warm and s.library_edition:
             # The template imported the edition from its own folder: the kernels
             # forked from it find its modules' files there.
@@ -634,6 +677,7 @@ class SandboxLauncher(KernelLauncher):
         if warm:
             warm_spec = {
                 "socket": warm,
+                "pid": template_pid,
                 "wait": _TEMPLATE_WAIT,
                 # hold is the sandbox's PID 1 (no reaper of bubblewrap's): a
                 # process of the sandbox cannot signal it, as in the cold sandbox,
