@@ -526,6 +526,24 @@ def test_check_reports_a_kernel_that_does_not_exist(tmp_path):
     ), report.problems
 
 
+def test_check_keeps_the_kernels_own_stderr_out_of_the_report(tmp_path):
+    """What the kernel process writes to its own stderr (log lines, a cell writing to
+    file descriptor 2) is not shown to the student, with the kernel started early as
+    when nbclient started it."""
+    import nbformat
+
+    nb = nbformat.read(str(ROOT / "notebooks" / A / f"{A}.ipynb"), as_version=4)
+    nb.cells.insert(
+        0, nbformat.v4.new_code_cell("import os\nos.write(2, b'RAW-STDERR-LINE\\n')")
+    )
+    path = tmp_path / f"{A}.ipynb"
+    nbformat.write(nb, str(path))
+    run = _run("check", str(path), cwd=tmp_path)
+    assert run.returncode == 1, run.stderr  # the release's stubs fail their checks
+    assert "alibi_slopes" in run.stdout
+    assert "RAW-STDERR-LINE" not in run.stdout + run.stderr
+
+
 def test_regrading_depends_on_the_grader_and_what_it_imports(tmp_path):
     from course_lib.grading.autograde import _grader_files
 

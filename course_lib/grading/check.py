@@ -124,7 +124,10 @@ def _start_kernel(kernel: str, cwd: Path) -> _CheckKernelManager:
     km.kernel_spec  # noqa: B018
     # nbclient's NotebookClient.async_start_new_kernel: its ipython_hist_file default
     extra = ["--HistoryManager.hist_file=:memory:"] if km.ipykernel else []
-    run_sync(km.start_kernel)(extra_arguments=extra, cwd=str(cwd))
+    # the kernel's own log lines (stderr) are not the student's concern
+    run_sync(km.start_kernel)(
+        extra_arguments=extra, cwd=str(cwd), stderr=subprocess.DEVNULL
+    )
     return km
 
 
