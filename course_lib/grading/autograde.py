@@ -824,6 +824,12 @@ def _autograde(
         if jobs and client is None:
             # e.g. the sandbox's warm template: its imports overlap what follows
             options.launcher.warm_up(assignment, str(scratch / "workers.log"))
+            # Every worker checks the test cells' grader calls against the trusted
+            # graders (integrity.py), which import torch: import them here, once,
+            # while the template imports, and the workers forked below inherit them.
+            from .integrity import pristine_graders
+
+            pristine_graders()
         template = scratch / "template.db"
         references = _references(course, gb, assignment, notebooks) if jobs else ()
         if jobs:
