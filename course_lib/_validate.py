@@ -10,6 +10,7 @@ that is, the function's name, the argument, what was expected and what was recei
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -17,12 +18,14 @@ import torch
 __all__ = [
     "describe",
     "fail",
+    "require_base",
     "require_even",
     "require_float_tensor",
     "require_head_dim",
     "require_int",
     "require_ndim",
     "require_positive_int",
+    "require_rotary_dim",
     "require_tensor",
 ]
 
@@ -59,6 +62,28 @@ def require_int(
 def require_positive_int(fn: str, name: str, value: object) -> int:
     """Check that ``value`` is an integer >= 1."""
     return require_int(fn, name, value, minimum=1)
+
+
+def require_rotary_dim(fn: str, head_dim: object, what: str = "head_dim") -> int:
+    """Check the dimension RoPE rotates: a positive, even integer (it is cut into
+    pairs). ``what`` names the argument (``head_dim``, ``rotary_dim``)."""
+    head_dim = require_positive_int(fn, what, head_dim)
+    if head_dim % 2 != 0:
+        fail(
+            fn,
+            f"{what} must be even (RoPE rotates pairs of dimensions), "
+            f"got {what}={head_dim}",
+        )
+    return head_dim
+
+
+def require_base(fn: str, base: object) -> float:
+    """Check a frequency base (sinusoids, RoPE): a finite real number above 1."""
+    if isinstance(base, bool) or not isinstance(base, int | float):
+        fail(fn, f"base must be a real number, got {describe(base)}", TypeError)
+    if not base > 1.0 or not math.isfinite(base):
+        fail(fn, f"base must be a finite number greater than 1, got {base!r}")
+    return float(base)
 
 
 def require_even(fn: str, name: str, value: int, *, context: str = "") -> int:

@@ -32,11 +32,13 @@ from torch import nn
 from ._validate import (
     describe,
     fail,
+    require_base,
     require_float_tensor,
     require_positive_int,
+    require_rotary_dim,
     require_tensor,
 )
-from .sinusoidal import _check_base
+from .rope_scaling import rope_scaled_frequencies
 
 __all__ = [
     "RotaryEmbedding",
@@ -59,17 +61,6 @@ def _check_convention(fn: str, convention: object) -> str:
             f"got {convention!r}",
         )
     return convention  # type: ignore[return-value]
-
-
-def _check_head_dim(fn: str, head_dim: object, what: str = "head_dim") -> int:
-    head_dim = require_positive_int(fn, what, head_dim)
-    if head_dim % 2 != 0:
-        fail(
-            fn,
-            f"{what} must be even (RoPE rotates pairs of dimensions), "
-            f"got {what}={head_dim}",
-        )
-    return head_dim
 
 
 def rope_frequencies(
@@ -98,8 +89,8 @@ def rope_frequencies(
         tensor([1.0000, 0.0100])
     """
     fn = "rope_frequencies"
-    head_dim = _check_head_dim(fn, head_dim)
-    base = _check_base(fn, base)
+    head_dim = require_rotary_dim(fn, head_dim)
+    base = require_base(fn, base)
     i = torch.arange(head_dim // 2, dtype=torch.float64)
     return (base ** (-2.0 * i / head_dim)).to(dtype)  # (head_dim // 2,)
 
@@ -163,7 +154,7 @@ def rope_angles(
             f"positions must be an integer tensor, got {describe(positions)}",
             TypeError,
         )
-    head_dim = _check_head_dim(fn, head_dim)
+    head_dim = require_rotary_dim(fn, head_dim)
     theta = rope_frequencies(head_dim, base=base, dtype=torch.float64)
     theta = theta.to(positions.device)
     return positions.to(torch.float64)[..., None] * theta  # (..., seq, head_dim/2)
@@ -405,7 +396,7 @@ def apply_rope(
             f"{tuple(x.shape)}",
         )
     convention = _check_convention(fn, convention)
-    base = _check_base(fn, base)
+    base = require_base(fn, base)
     if positions is None:
         positions = torch.arange(x.shape[-2], device=x.device)  # (seq,)
     else:
@@ -454,7 +445,7 @@ def apply_rope_complex(
             fn,
             f"x must be (..., seq, head_dim) with an even head_dim, got {describe(x)}",
         )
-    base = _check_base(fn, base)
+    base = require_base(fn, base)
     if positions is None:
         positions = torch.arange(x.shape[-2], device=x.device)  # (seq,)
     else:
@@ -494,7 +485,7 @@ def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
         >>> interleaved_to_half_permutation(6)
         tensor([0, 2, 4, 1, 3, 5])
     """
-    head_dim = _check_head_dim("interleaved_to_half_permutation", head_dim)
+    head_dim = require_rotary_dim("interleaved_to_half_permutation", head_dim)
     return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
 
 
@@ -590,14 +581,14 @@ class RotaryEmbedding(nn.Module):
         fn = "RotaryEmbedding"
         self.head_dim = require_positive_int(fn, "head_dim", head_dim)
         rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        self.rotary_dim = _check_head_dim(fn, rotary_dim, "rotary_dim")
+        self.rotary_dim = require_rotary_dim(fn, rotary_dim, "rotary_dim")
         if self.rotary_dim > self.head_dim:
             fail(
                 fn,
                 f"rotary_dim must be at most head_dim={head_dim}, "
                 f"got rotary_dim={rotary_dim}",
             )
-        self.base = _check_base(fn, base)
+        self.base = require_base(fn, base)
         self.convention = _check_convention(fn, convention)
         max_seq_len = require_positive_int(fn, "max_seq_len", max_seq_len)
         self.scaling = self._check_scaling(fn, scaling)
@@ -629,8 +620,6 @@ class RotaryEmbedding(nn.Module):
         return scaling
 
     def _scaled(self, scaling: dict, seq_len: int | None) -> tuple[torch.Tensor, float]:
-        from .rope_scaling import rope_scaled_frequencies  # rope_scaling imports rope
-
         extra = {} if seq_len is None else {"seq_len": seq_len}
         return rope_scaled_frequencies(
             self.rotary_dim, base=self.base, dtype=torch.float64, **scaling, **extra

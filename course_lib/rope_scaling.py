@@ -31,9 +31,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._validate import describe, fail
-from .rope import _check_head_dim
-from .sinusoidal import _check_base
+from ._validate import describe, fail, require_base, require_rotary_dim
 
 __all__ = [
     "ROPE_SCALING_METHODS",
@@ -118,12 +116,12 @@ def ntk_scaled_base(base: float, factor: float, head_dim: int) -> float:
         160000.0
     """
     fn = "ntk_scaled_base"
-    head_dim = _check_head_dim(fn, head_dim)
+    head_dim = require_rotary_dim(fn, head_dim)
     if head_dim < 4:
         fail(
             fn, f"head_dim must be at least 4 (the exponent is d/(d-2)), got {head_dim}"
         )
-    return _check_base(fn, base) * _factor(fn, factor) ** (head_dim / (head_dim - 2))
+    return require_base(fn, base) * _factor(fn, factor) ** (head_dim / (head_dim - 2))
 
 
 def dynamic_ntk_factor(
@@ -411,8 +409,8 @@ def rope_scaled_frequencies(
             f"method must be one of {', '.join(map(repr, ROPE_SCALING_METHODS))}, "
             f"got {method!r}",
         )
-    head_dim = _check_head_dim(fn, head_dim)
-    base = _check_base(fn, base)
+    head_dim = require_rotary_dim(fn, head_dim)
+    base = require_base(fn, base)
     unknown = sorted(set(method_params) - set(_PARAMS[method]))
     if unknown:
         allowed = ", ".join(_PARAMS[method]) or "none"

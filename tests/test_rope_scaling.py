@@ -433,3 +433,26 @@ def test_wavelength_formula():
     d, b = 32, 10000.0
     i = torch.arange(d // 2, dtype=F64)
     assert _rel(2 * math.pi / _theta(d, b), 2 * math.pi * b ** (2 * i / d)) <= 8 * EPS
+
+
+def test_rope_modules_import_no_private_name_and_no_circle():
+    """rope imports rope_scaling (the scaled tables); rope_scaling imports neither
+    rope nor another module's private helper (issue 20: the circle through
+    ``_check_head_dim`` is gone; shared checks live in ``_validate``)."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "course_lib"
+    imports = {}
+    for module in ("rope", "rope_scaling"):
+        tree = ast.parse((folder / f"{module}.py").read_text(encoding="utf-8"))
+        imports[module] = [
+            (node.module, alias.name)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+            for alias in node.names
+        ]
+        for source, name in imports[module]:
+            assert not name.startswith("_"), (module, source, name)
+    assert ("rope_scaling", "rope_scaled_frequencies") in imports["rope"]
+    assert all(source != "rope" for source, _ in imports["rope_scaling"])
