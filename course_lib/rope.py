@@ -549,6 +549,10 @@ class RotaryEmbedding(nn.Module):
             :math:`a`. For ``"dynamic"`` the frequencies follow the length in use
             (the largest position + 1, at least ``original_max_position``) and are
             recomputed whenever it changes; ``seq_len`` cannot be given here.
+            Leave ``factor`` out for the YaRN paper's dynamic rule
+            :math:`s = \max(1, \ell/L)`; a ``factor`` is Hugging Face's slope
+            (see :func:`course_lib.rope_scaling.dynamic_ntk_factor`), not the
+            target ratio.
 
     Shapes: ``forward(x, positions=None)``: ``x`` ``(..., seq, head_dim)``,
     ``positions`` integer ``(seq,)`` (default ``arange(seq)``); returns the shape and

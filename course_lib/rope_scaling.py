@@ -11,17 +11,26 @@ longer context :math:`sL` (``factor`` :math:`s`) maps into familiar angles:
   :math:`\theta_i' = \theta_i/s`;
 - ``"ntk"``: NTK-aware base scaling (bloc97 2023), :math:`b' = b\,s^{d/(d-2)}`,
   :math:`\theta_i' = b'^{-2i/d}`;
-- ``"dynamic"``: dynamic NTK, ``"ntk"`` with the factor grown with the current length
-  :math:`\ell`: :math:`s(\ell) = s\ell/L - (s-1)` for :math:`\ell > L`;
-- ``"yarn"``: YaRN (Peng et al. 2023), a ramp over wavelengths between extrapolation
-  and interpolation, plus the attention factor :math:`0.1\ln s + 1`;
-- ``"llama3"``: Llama 3.1 (Grattafiori et al. 2024), three wavelength bands;
-- ``"longrope"``: LongRoPE (Ding et al. 2024), searched per-pair factors
-  :math:`\theta_i' = \theta_i / f_i`.
+- ``"dynamic"``: dynamic NTK (emozilla 2023), ``"ntk"`` with a factor that follows the
+  current length :math:`\ell`. Without ``factor``: the YaRN paper's rule (Peng et al.
+  2023, section 3.3) :math:`s(\ell) = \max(1, \ell/L)`. With ``factor`` :math:`a`: the
+  rule of emozilla's post and of Hugging Face, :math:`s(\ell) = a\max(\ell, L)/L -
+  (a - 1)`; that :math:`a` is a slope, not the target ratio (:math:`a = 1` is the
+  paper's rule);
+- ``"yarn"``: YaRN (Peng et al. 2023), a ramp over the pair index (the reference
+  code's form of the paper's ramp in turns) between extrapolation and interpolation,
+  plus the attention factor :math:`0.1\ln s + 1`;
+- ``"llama3"``: Llama 3.1's three wavelength bands (Meta's reference code,
+  ``apply_scaling``);
+- ``"longrope"``: LongRoPE (Ding et al. 2024) as Phi-3 applies it, searched per-pair
+  factors :math:`\theta_i' = \theta_i / f_i`.
 
-The keyword names follow Hugging Face ``rope_parameters`` so a model config can be read
-directly; the parity with ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` is
-tested in ``tests/test_parity_rope_scaling.py``.
+The keyword names are the course's own (``method``, ``base``,
+``original_max_position``); :func:`from_hf_rope_parameters` translates a Hugging Face
+``rope_parameters`` / ``rope_scaling`` dict, as it stands in a model's
+``config.json``, into them. The parity with
+``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` is tested in
+``tests/test_parity_rope_scaling.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from ._validate import describe, fail, require_base, require_rotary_dim
 __all__ = [
     "ROPE_SCALING_METHODS",
     "dynamic_ntk_factor",
+    "from_hf_rope_parameters",
     "llama3_scaled_frequencies",
     "llama3_smooth_factor",
     "ntk_scaled_base",
@@ -125,27 +135,39 @@ def ntk_scaled_base(base: float, factor: float, head_dim: int) -> float:
 
 
 def dynamic_ntk_factor(
-    factor: float, seq_len: int, original_max_position: int
+    factor: float | None, seq_len: int, original_max_position: int
 ) -> float:
     r"""Effective NTK factor of dynamic NTK at the current length :math:`\ell`.
 
-    .. math::
+    Two rules are in use, and they differ:
 
-        s(\ell) = \frac{s\,\max(\ell, L)}{L} - (s - 1)
+    * ``factor=None``, the YaRN paper's rule (Peng et al. 2023, section 3.3):
+      :math:`s(\ell) = \max(1, \ell/L)`, the ratio of the current length to the
+      training length;
+    * ``factor=a``, emozilla's rule (2023), which Hugging Face's ``"dynamic"``
+      ``rope_type`` implements:
 
-    which is 1 at :math:`\ell \le L` (the model is unchanged inside its training
-    length) and grows linearly with :math:`\ell`, by :math:`s/L` per token; it reaches
-    :math:`s` at :math:`\ell = (2 - 1/s)L`. This is Hugging Face's rule.
+      .. math::
+
+          s(\ell) = \frac{a\,\max(\ell, L)}{L} - (a - 1).
+
+      It is 1 up to :math:`L` and grows by :math:`a/L` per token: :math:`a` is a
+      slope, not the target ratio. :math:`a = 1` is the paper's rule; with
+      :math:`a = T/L` at length :math:`T` the effective factor is
+      :math:`(T/L)^2 - T/L + 1` (3 at :math:`T = 2L`, 13 at :math:`4L`), not
+      :math:`T/L`.
 
     Example:
+        >>> dynamic_ntk_factor(None, 3000, 2000)
+        1.5
         >>> dynamic_ntk_factor(2.0, 3000, 2000)
         2.0
     """
     fn = "dynamic_ntk_factor"
-    factor = _factor(fn, factor)
+    slope = 1.0 if factor is None else _factor(fn, factor)
     seq_len = _length(fn, "seq_len", seq_len)
     original = _length(fn, "original_max_position", original_max_position)
-    return factor * max(seq_len, original) / original - (factor - 1.0)
+    return slope * max(seq_len, original) / original - (slope - 1.0)
 
 
 def yarn_correction_dim(
@@ -266,7 +288,8 @@ def llama3_scaled_frequencies(
     Args:
         inv_freq: the trained frequencies :math:`\theta`, a 1-D floating tensor of
             positive numbers ``(n_pairs,)``.
-        factor: context extension factor :math:`s \ge 1`.
+        factor: context extension factor :math:`s \ge 1` (for ``"dynamic"``: the
+            slope :math:`a` of Hugging Face's rule, or ``None`` for the paper's rule).
         original_max_position: training length :math:`L`.
         low_freq_factor: :math:`\alpha`; wavelengths above :math:`L/\alpha` are
             interpolated.
@@ -363,13 +386,24 @@ def rope_scaled_frequencies(
     * ``"ntk"``: :math:`\theta_i' = (b s^{d/(d-2)})^{-2i/d}`; attention factor 1.
       NTK-aware scaling is its own method name (it needs nothing but ``factor``);
       ``"dynamic"`` is the same formula with :func:`dynamic_ntk_factor`.
-    * ``"dynamic"``: ``"ntk"`` with :math:`s(\ell) = s\max(\ell, L)/L - (s-1)` for the
-      current length :math:`\ell` (``seq_len``, default :math:`L`).
+    * ``"dynamic"``: ``"ntk"`` with the factor :math:`s(\ell)` of
+      :func:`dynamic_ntk_factor` at the current length :math:`\ell` (``seq_len``,
+      default :math:`L`). ``factor=None``: the YaRN paper's :math:`s(\ell) =
+      \max(1, \ell/L)`, the rule to use for "extend by the length in use".
+      ``factor=a``: Hugging Face's (emozilla's) :math:`s(\ell) = a\max(\ell, L)/L -
+      (a-1)`, where :math:`a` is a slope and not the target ratio; passing
+      :math:`a = T/L` together with ``seq_len`` :math:`T` gives :math:`(T/L)^2 - T/L
+      + 1`, not :math:`T/L`.
     * ``"yarn"``: :math:`\theta_i' = (1 - \gamma_i)\theta_i + \gamma_i\theta_i/s` with
-      :func:`yarn_ramp` :math:`\gamma` between the pairs that turn ``beta_fast``
-      (default 32) and ``beta_slow`` (default 1) times in :math:`L`; attention factor
-      ``attention_factor`` or :func:`yarn_attention_factor`. ``factor=None`` means
-      ``max_position / original_max_position``.
+      :func:`yarn_ramp` :math:`\gamma` (1 = interpolate) linear in the pair index
+      between the pairs that turn ``beta_fast`` (default 32) and ``beta_slow``
+      (default 1) times in :math:`L` (:func:`yarn_correction_range`): the form of
+      the reference code and of Hugging Face, which the course follows. The paper
+      (section 3.2) writes the ramp linear in the number of turns :math:`r = L/\lambda`
+      with :math:`\gamma = 1` meaning keep; the two agree at the ends, not in
+      between. Attention factor ``attention_factor`` or
+      :func:`yarn_attention_factor`. ``factor=None`` means ``max_position /
+      original_max_position``.
     * ``"llama3"``: :math:`\theta_i' = \theta_i` if :math:`\lambda_i < L/\beta`,
       :math:`\theta_i/s` if :math:`\lambda_i > L/\alpha`, otherwise
       :math:`(1-\mu_i)\theta_i/s + \mu_i\theta_i` (:func:`llama3_smooth_factor`);
@@ -387,12 +421,15 @@ def rope_scaled_frequencies(
         head_dim: head dimension :math:`d` (even).
         base: RoPE base :math:`b`.
         method: one of ``ROPE_SCALING_METHODS``.
-        factor: context extension factor :math:`s \ge 1`.
+        factor: context extension factor :math:`s \ge 1` (for ``"dynamic"``: the
+            slope :math:`a` of Hugging Face's rule, or ``None`` for the paper's rule).
         original_max_position: training length :math:`L` (needed by dynamic, yarn,
             llama3, longrope).
         dtype: floating dtype of ``inv_freq``.
-        **method_params: Hugging Face ``rope_parameters`` keys (see above), plus
-            ``max_position`` and ``seq_len``.
+        **method_params: the method's parameters, named as in Hugging Face's
+            ``rope_parameters`` (``beta_fast``, ``mscale``, ``low_freq_factor``,
+            ``long_factor``, ...), plus ``max_position`` and ``seq_len``; a whole
+            Hugging Face dict goes through :func:`from_hf_rope_parameters`.
 
     Returns:
         ``(inv_freq, attention_factor)``: tensor ``(head_dim // 2,)`` and a float
@@ -431,7 +468,9 @@ def rope_scaled_frequencies(
     elif original_max_position is not None:
         original = _length(fn, "original_max_position", original_max_position)
     max_position = method_params.get("max_position")
-    if factor is None:
+    if factor is None and method == "dynamic":
+        pass  # the paper's rule, s = max(1, seq_len / L)
+    elif factor is None:
         if method in ("yarn", "longrope") and max_position is not None:
             max_position = _length(fn, "max_position", max_position)
             factor = max_position / original
@@ -443,7 +482,7 @@ def rope_scaled_frequencies(
             )
     if method == "longrope":
         factor = _real(fn, "factor", factor)  # HF allows any positive factor here
-    else:
+    elif factor is not None:
         factor = _factor(fn, factor)
     n_pairs = head_dim // 2
     exponent = torch.arange(n_pairs, dtype=torch.float64) * 2.0 / head_dim  # 2i/d
@@ -524,3 +563,137 @@ def rope_scaled_frequencies(
         else:
             attention = _real(fn, "attention_factor", att)
     return inv.to(dtype), float(attention)
+
+
+# Hugging Face rope_type -> course method (``"default"`` is plain RoPE: linear, s = 1)
+_HF_TYPES = {
+    "default": "linear",
+    "linear": "linear",
+    "dynamic": "dynamic",
+    "yarn": "yarn",
+    "llama3": "llama3",
+    "longrope": "longrope",
+}
+
+
+def from_hf_rope_parameters(
+    rope_parameters: dict,
+    *,
+    rope_theta: float | None = None,
+    max_position_embeddings: int | None = None,
+    original_max_position_embeddings: int | None = None,
+) -> dict:
+    r"""Keyword arguments of :func:`rope_scaled_frequencies` for a Hugging Face dict.
+
+    ``rope_parameters`` is a model config's ``rope_parameters`` (transformers 5) or
+    ``rope_scaling`` (transformers 4) dict, as it stands in ``config.json``:
+    ``rope_type`` (or the older ``type``), ``rope_theta``, ``factor``,
+    ``original_max_position_embeddings`` and the method's own keys (``beta_fast``,
+    ``mscale``, ``low_freq_factor``, ``short_factor``, ...). The keys transformers 4
+    keeps at the top level of the config are passed as keywords: ``rope_theta``
+    and, for Phi-3, ``original_max_position_embeddings``. ``max_position_embeddings``
+    (the config's) is needed where Hugging Face reads it: ``"dynamic"`` takes its
+    training length :math:`L` from it, and ``"yarn"`` and ``"longrope"`` without a
+    ``factor`` take :math:`s` = max_position_embeddings / L.
+
+    Returns:
+        a dict with ``base``, ``method``, ``factor``, ``original_max_position`` and
+        the method's parameters: ``rope_scaled_frequencies(head_dim, **kwargs)``
+        gives Hugging Face's frequencies and attention factor (``tests/
+        test_parity_rope_scaling.py`` compares them for real model configs). For
+        :class:`course_lib.RotaryEmbedding`, pop ``base`` and pass the rest as
+        ``scaling``. ``rope_type="default"`` gives ``method="linear"`` with
+        ``factor=1.0``, plain RoPE.
+
+    Example:
+        >>> llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        ...            "high_freq_factor": 4.0,
+        ...            "original_max_position_embeddings": 8192}
+        >>> kw = from_hf_rope_parameters(llama31, rope_theta=500000.0)
+        >>> kw["method"], kw["base"], kw["factor"], kw["original_max_position"]
+        ('llama3', 500000.0, 8.0, 8192)
+    """
+    fn = "from_hf_rope_parameters"
+    if not isinstance(rope_parameters, dict):
+        fail(
+            fn,
+            f"rope_parameters must be a dict (a config's rope_parameters or "
+            f"rope_scaling), got {describe(rope_parameters)}",
+            TypeError,
+        )
+    params = dict(rope_parameters)
+    rope_type = params.pop("rope_type", None)
+    legacy = params.pop("type", None)
+    rope_type = rope_type if rope_type is not None else legacy
+    if rope_type not in _HF_TYPES:
+        fail(
+            fn,
+            f"rope_type must be one of {', '.join(map(repr, _HF_TYPES))} (the "
+            f"Hugging Face types this course implements), got {rope_type!r}",
+        )
+    method = _HF_TYPES[rope_type]
+    base = params.pop("rope_theta", None)
+    base = rope_theta if base is None else base
+    if base is None:
+        fail(
+            fn,
+            "rope_theta is missing: it is in rope_parameters (transformers 5) or "
+            "at the top of the config (transformers 4: pass rope_theta=...)",
+        )
+    partial = params.pop("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        fail(
+            fn,
+            f"partial_rotary_factor={partial!r}: only part of each head is "
+            f"rotated; remove the key and give rope_scaled_frequencies "
+            f"head_dim = int(head_dim * {partial!r}), the rotated width",
+        )
+    original = params.pop("original_max_position_embeddings", None)
+    original = original_max_position_embeddings if original is None else original
+    factor = params.pop("factor", None)
+    out: dict = {"base": require_base(fn, base), "method": method}
+    if rope_type == "default":
+        out.update(factor=1.0)
+    elif method == "dynamic":
+        # Hugging Face's dynamic type measures lengths against the config's
+        # max_position_embeddings, not original_max_position_embeddings
+        if max_position_embeddings is None:
+            fail(
+                fn,
+                "rope_type 'dynamic' needs max_position_embeddings: Hugging Face "
+                "takes the training length L from the config's "
+                "max_position_embeddings",
+            )
+        if factor is None:
+            fail(fn, "rope_type 'dynamic' needs a factor (Hugging Face's slope)")
+        out.update(factor=factor, original_max_position=max_position_embeddings)
+    elif method == "linear":
+        if factor is None:
+            fail(fn, "rope_type 'linear' needs a factor")
+        out.update(factor=factor)
+    else:
+        if original is None:
+            fail(
+                fn,
+                f"rope_type {rope_type!r} needs original_max_position_embeddings "
+                f"(the training length), in the dict or as a keyword",
+            )
+        out.update(factor=factor, original_max_position=original)
+        if factor is None and method in ("yarn", "longrope"):
+            if max_position_embeddings is None:
+                fail(
+                    fn,
+                    f"rope_type {rope_type!r} without a factor needs "
+                    f"max_position_embeddings (factor = max_position_embeddings / "
+                    f"original_max_position_embeddings)",
+                )
+            out["max_position"] = max_position_embeddings
+    unknown = sorted(set(params) - set(_PARAMS[method]) - {"seq_len"})
+    if unknown:
+        fail(
+            fn,
+            f"rope_type {rope_type!r}: this course does not implement the keys "
+            f"{', '.join(unknown)}",
+        )
+    out.update(params)
+    return out

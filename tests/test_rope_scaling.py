@@ -456,3 +456,52 @@ def test_rope_modules_import_no_private_name_and_no_circle():
             assert not name.startswith("_"), (module, source, name)
     assert ("rope_scaling", "rope_scaled_frequencies") in imports["rope"]
     assert all(source != "rope" for source, _ in imports["rope_scaling"])
+
+
+@pytest.mark.parametrize("L", (64, 2048))
+@pytest.mark.parametrize("n", (1, 64, 100, 2048, 4096, 16384))
+def test_dynamic_without_factor_is_the_papers_rule(L, n):
+    """YaRN section 3.3: s = max(1, l/L); it equals Hugging Face's rule with slope 1."""
+    s = max(1.0, n / L)
+    assert math.isclose(dynamic_ntk_factor(None, n, L), s, rel_tol=2 * EPS)
+    assert math.isclose(dynamic_ntk_factor(1.0, n, L), s, rel_tol=2 * EPS)
+    d = 16
+    inv, att = rope_scaled_frequencies(
+        d, method="dynamic", factor=None, original_max_position=L, seq_len=n,
+        dtype=F64,
+    )
+    ntk, _ = rope_scaled_frequencies(d, method="ntk", factor=s, dtype=F64)
+    # the same float64 operations on both sides, up to the factor's own rounding
+    assert _rel(inv, ntk) <= 16 * EPS and att == 1.0
+
+
+@pytest.mark.parametrize("ratio", (2, 4, 8))
+def test_dynamic_factor_is_a_slope_not_the_target_ratio(ratio):
+    """Passing factor = T/L together with seq_len = T (as chapter 12's first run did)
+    gives (T/L)^2 - T/L + 1: 3, 13, 57 at 2L, 4L, 8L, not T/L."""
+    L = 32
+    T = ratio * L
+    trap = dynamic_ntk_factor(float(ratio), T, L)
+    assert math.isclose(trap, ratio**2 - ratio + 1, rel_tol=4 * EPS)
+    assert trap > ratio
+    assert dynamic_ntk_factor(None, T, L) == ratio  # the paper's rule: exact here
+
+
+def test_rotary_dynamic_without_factor_follows_the_length():
+    L, d = 16, 8
+    rope = RotaryEmbedding(d, scaling={"method": "dynamic", "original_max_position": L})
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 1, 3 * L, d, dtype=F64, generator=gen)
+    out = rope(x)
+    inv, _ = rope_scaled_frequencies(
+        d, method="dynamic", factor=None, original_max_position=L, seq_len=3 * L,
+        dtype=F64,
+    )
+    angles = torch.arange(3 * L, dtype=F64)[:, None] * inv  # (3L, d/2)
+    # rotate pair by pair with the expected angles (interleaved pairing)
+    xr = x.reshape(1, 1, 3 * L, d // 2, 2)
+    c, s_ = angles.cos(), angles.sin()
+    want = torch.stack(
+        (xr[..., 0] * c - xr[..., 1] * s_, xr[..., 0] * s_ + xr[..., 1] * c), dim=-1
+    ).reshape(x.shape)
+    assert torch.allclose(out, want, rtol=0, atol=1e-12)
