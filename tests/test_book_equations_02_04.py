@@ -185,6 +185,41 @@ def test_left_padded_sentence_gives_the_unpadded_attention_outputs(gen) -> None:
         assert (by_column - alone).abs().max() > 1e-2
 
 
+def test_offset_only_dot_product_is_blind_to_direction(gen) -> None:
+    """Chapter 2: from every anchor p, PE_p . PE_{p+k} = PE_p . PE_{p-k}; a Gram matrix
+    that is merely symmetric (any Gram matrix) does not have this property."""
+    pe = cl.sinusoidal_encoding(200, 64).double()
+    gram = pe @ pe.T
+    p = torch.arange(50, 150)[:, None]
+    k = torch.arange(1, 50)[None, :]
+    torch.testing.assert_close(gram[p, p + k], gram[p, p - k], atol=1e-5, rtol=0)
+    other = torch.randn(200, 64, generator=gen, dtype=torch.float64)
+    other_gram = other @ other.T
+    torch.testing.assert_close(other_gram, other_gram.T)  # symmetric, as every Gram
+    assert (other_gram[p, p + k] - other_gram[p, p - k]).abs().max() > 1.0
+
+
+def test_adamw_decay_shrinks_the_unreached_rows(gen) -> None:
+    """Chapter 2: under AdamW, rows without gradient are multiplied by (1 - lr wd) per
+    step (Adam's own update is 0 for them); without decay they stay put."""
+    lr, decay, steps = 0.01, 0.1, 20
+    for wd in (decay, 0.0):
+        learned = cl.LearnedPositionalEncoding(16, 8, generator=gen)
+        before = learned.weight.detach().clone()
+        opt = torch.optim.AdamW(learned.parameters(), lr=lr, weight_decay=wd)
+        for _ in range(steps):
+            x = torch.randn(4, 8, 8, generator=gen)
+            loss = (learned(x) - x.flip(1)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        after = learned.weight.detach()
+        expected = before[8:] * (1 - lr * wd) ** steps
+        torch.testing.assert_close(after[8:], expected, rtol=1e-6, atol=1e-7)
+        assert (after[:8] - before[:8]).abs().max() > 1e-3
+    assert (1 - lr * decay) ** steps < 0.99
+
+
 # --------------------------------------------------------------------------------------
 # Chapter 3: relative offsets are rotations
 # --------------------------------------------------------------------------------------
@@ -428,3 +463,121 @@ def test_cache_with_restarted_positions_differs_from_the_full_pass(gen) -> None:
     shift = torch.arange(length) + 1000
     shifted = cl.apply_rope(q, shift) @ cl.apply_rope(k, shift).transpose(-2, -1)
     torch.testing.assert_close(shifted, full, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_either_rotation_direction_keeps_scores_relative(gen, sign: int) -> None:
+    """Chapter 3: rotating queries and keys by R(m theta) or by R(-m theta) both give
+    scores that depend on the offset only: q^T R(+-(n-m) theta) k."""
+    q, k = torch.randn(2, 2, generator=gen, dtype=torch.float64)
+    theta = 0.7
+    for m, n in ((1, 0), (5, 4), (12, 3), (30, 21)):
+        score = (_ccw(sign * m * theta) @ q) @ (_ccw(sign * n * theta) @ k)
+        expected = q @ _ccw(sign * (n - m) * theta) @ k
+        assert score.item() == pytest.approx(expected.item(), abs=1e-12)
+
+
+def test_four_terms_and_the_position_position_term(gen) -> None:
+    """(rope-four-terms): the score of added encodings is the sum of the four terms;
+    with W_q^T W_k = M(j) the position-position term depends on m - n only and peaks
+    at m - n = j, while a mixed term changes with the absolute position."""
+    d, d_model, seq = 8, 16, 30
+    w_q = torch.randn(d, d_model, generator=gen, dtype=torch.float64)
+    w_k = torch.randn(d, d_model, generator=gen, dtype=torch.float64)
+    x = torch.randn(seq, d_model, generator=gen, dtype=torch.float64)
+    pe = cl.sinusoidal_encoding(seq, d_model).double()
+    a = w_q.T @ w_k  # (d_model, d_model)
+    full = (x + pe) @ a @ (x + pe).T
+    terms = x @ a @ x.T + x @ a @ pe.T + pe @ a @ x.T + pe @ a @ pe.T
+    torch.testing.assert_close(full, terms)
+    j = 3
+    pos_pos = pe @ cl.offset_matrix(j, d_model, dtype=torch.float64) @ pe.T
+    for off in (-2, 0, 3, 7):
+        diag = torch.diagonal(pos_pos, offset=-off)  # entries with m - n = off
+        assert (diag - diag[0]).abs().max() < 1e-5
+    assert torch.equal(pos_pos[j:].argmax(-1), torch.arange(seq - j))
+    mixed = x[0] @ a @ pe.T  # token 0's content against every absolute position
+    assert (mixed - mixed[0]).abs().max() > 1e-1
+
+
+def test_conjugation_turns_the_complex_score_into_the_real_form() -> None:
+    """(rope-conjugation): Re[q conj(k) e^{i(m-n)th}] = Re[conj(q) k e^{i(n-m)th}]
+    = q^T R((n-m)th) k = (R((m-n)th) q)^T k."""
+    a, b, c, d, m, n, th = sp.symbols("a b c d m n theta", real=True)
+    q, k = a + sp.I * b, c + sp.I * d
+    qv, kv = sp.Matrix([a, b]), sp.Matrix([c, d])
+
+    def rot(angle):
+        return sp.Matrix([[sp.cos(angle), -sp.sin(angle)],
+                          [sp.sin(angle), sp.cos(angle)]])
+
+    first = sp.expand_complex(q * sp.conjugate(k) * sp.exp(sp.I * (m - n) * th))
+    conj = sp.expand_complex(sp.conjugate(q) * k * sp.exp(sp.I * (n - m) * th))
+    forms = [sp.re(conj), (qv.T * rot((n - m) * th) * kv)[0, 0],
+             ((rot((m - n) * th) * qv).T * kv)[0, 0]]
+    for form in forms:
+        assert sp.simplify(sp.expand_trig(sp.re(first) - form)) == 0
+    # the imaginary parts differ in sign: only the real part survives conjugation
+    assert sp.simplify(sp.expand_trig(sp.im(first) + sp.im(conj))) == 0
+    assert sp.simplify(sp.expand_trig(sp.im(first))) != 0
+
+
+@pytest.mark.parametrize("dim", [2, 8, 14])
+def test_roformer_elementwise_form(gen, dim: int) -> None:
+    """(rope-elementwise), RoFormer eq. 34: x * [cos th_0, cos th_0, ...] +
+    [-x_1, x_0, -x_3, x_2, ...] * [sin th_0, sin th_0, ...] is apply_rope."""
+    seq = 7
+    x = torch.randn(3, seq, dim, generator=gen, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 5, 9, 100, 1000, 4097])
+    theta = torch.tensor([10000.0 ** (-2 * i / dim) for i in range(dim // 2)],
+                         dtype=torch.float64)
+    ang = pos.double()[:, None] * theta  # (seq, d/2)
+    cos2 = ang.cos().repeat_interleave(2, dim=-1)  # cos m th_0, cos m th_0, ...
+    sin2 = ang.sin().repeat_interleave(2, dim=-1)
+    swapped = torch.empty_like(x)
+    swapped[..., 0::2], swapped[..., 1::2] = -x[..., 1::2], x[..., 0::2]
+    torch.testing.assert_close(cl.apply_rope(x, pos), x * cos2 + swapped * sin2)
+
+
+def test_converting_weights_needs_the_biases_too(gen) -> None:
+    """Chapter 4: permuting per head the rows of W_q, W_k and their biases gives the
+    interleaved scores under rotate-half; converting the weights alone does not."""
+    h, hd, d_model, seq = 3, 8, 12, 5
+    x = torch.randn(seq, d_model, generator=gen, dtype=torch.float64)
+    w_q, w_k = torch.randn(2, h * hd, d_model, generator=gen, dtype=torch.float64)
+    b_q, b_k = torch.randn(2, h * hd, generator=gen, dtype=torch.float64)
+    perm = torch.cat([torch.arange(0, hd, 2), torch.arange(1, hd, 2)])
+    rows = (torch.arange(h)[:, None] * hd + perm).flatten()  # per head
+
+    def scores(wq, bq, wk, bk, convention):
+        q = (x @ wq.T + bq).view(seq, h, hd).transpose(0, 1)
+        k = (x @ wk.T + bk).view(seq, h, hd).transpose(0, 1)
+        q, k = (cl.apply_rope(t, convention=convention) for t in (q, k))
+        return q @ k.transpose(-2, -1)
+
+    original = scores(w_q, b_q, w_k, b_k, "interleaved")
+    both = scores(w_q[rows], b_q[rows], w_k[rows], b_k[rows], "half")
+    torch.testing.assert_close(both, original)
+    torch.testing.assert_close(
+        cl.rope_interleaved_to_half_weights(w_q, h, hd), w_q[rows])
+    torch.testing.assert_close(
+        cl.rope_interleaved_to_half_weights(b_q, h, hd), b_q[rows])
+    weights_only = scores(w_q[rows], b_q, w_k[rows], b_k, "half")
+    assert (weights_only - original).abs().max() > 1e-2
+
+
+def test_half_precision_positions_and_angles() -> None:
+    """Chapter 4, precision: bfloat16 holds integers exactly to 256 and float16 to 2048
+    (so positions 0..8191 collapse to fewer values); rounding the angle m theta_0 to
+    bfloat16 at m ~ 4000 is wrong by more than 0.5 in the cosine, rounding the cosine
+    itself costs at most 2^-9."""
+    positions = torch.arange(8192)
+    for dtype, exact_to in ((torch.bfloat16, 256), (torch.float16, 2048)):
+        small = torch.arange(exact_to + 1)
+        assert torch.equal(small.to(dtype).long(), small)
+        assert positions.to(dtype).unique().numel() < 8192
+        assert int(torch.tensor(exact_to + 1).to(dtype).item()) != exact_to + 1
+    far = torch.tensor([4000.0, 4001.0, 4002.0, 4003.0], dtype=torch.float64)
+    exact = torch.cos(far)
+    assert (torch.cos(far.bfloat16().double()) - exact).abs().max() > 0.5
+    assert (exact.bfloat16().double() - exact).abs().max() <= 2.0**-9

@@ -218,8 +218,9 @@ def _hidden_masks() -> list[torch.Tensor]:
     masks.append(real.long())  # (5, seq) left and right padding, some rows empty
     masks.append(torch.tensor([[False, True, True], [True, True, False]]))
     masks.append(torch.tensor([[0, 0, 1, 1, 1, 1, 1]], dtype=torch.int32))
-    # Padding between real tokens (packed sequences): still "the real tokens of each
-    # row get 0, 1, 2, ... in order".
+    # Holes of padding between real tokens (not packed sequences, whose ids restart at
+    # 0 for every document): still "the real tokens of each row get 0, 1, 2, ... in
+    # order", the rule of the task.
     masks.append(torch.tensor([[1, 0, 1, 1, 0], [0, 1, 0, 0, 1], [0, 1, 1, 0, 1]]))
     return masks
 
