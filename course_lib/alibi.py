@@ -55,7 +55,9 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     Returns:
         ``(n_heads,)`` float32 tensor of slopes, largest first within each part.
 
-    Paper: Press et al. 2022, section 3 and the authors' ``get_slopes``.
+    Paper: Press et al. 2022, section 3 (p. 5), for powers of two; the paper's text
+    uses :math:`2^{-8h/n}` for every ``n``, the rule above for other ``n`` is the
+    authors' code (``get_slopes``), which Bloom copies and this library follows.
 
     >>> alibi_slopes(8)
     tensor([0.5000, 0.2500, 0.1250, 0.0625, 0.0312, 0.0156, 0.0078, 0.0039])
@@ -130,9 +132,11 @@ def alibi_bias(
 class ALiBi(nn.Module):
     """ALiBi bias provider with a cache, shaped as a 4-D float mask for SDPA.
 
-    The bias for the largest length seen so far is kept as a non-persistent buffer
-    ``(1, H, L, L)``; shorter requests are slices of it (queries last), so no bias is
-    recomputed while decoding token by token.
+    The bias for the largest length built so far is kept as a non-persistent buffer
+    ``(1, H, L, L)``; requests up to ``L`` keys are slices of it (queries last). A
+    request for more keys rebuilds it at the new length, so for token-by-token
+    decoding call the module once at the longest length first (a warm-up): every
+    later step is then a view of the buffer.
 
     Args:
         n_heads: number of heads.

@@ -35,7 +35,7 @@ from ._validate import (
     require_tensor,
 )
 
-__all__ = ["DAAttention", "da_attention", "da_rescale"]
+__all__ = ["DAAttention", "da_attention", "da_flex_attention", "da_rescale"]
 
 
 def _check_real(fn: str, name: str, x: object) -> object:
@@ -191,6 +191,73 @@ def da_attention(
         scores = scores.masked_fill(future, float("-inf"))
     weights = scores.softmax(dim=-1)  # (B, H, Lq, Lk)
     return weights @ v, weights
+
+
+def da_flex_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    v_bias: torch.Tensor,
+    *,
+    causal: bool = False,
+    compiled: bool = True,
+) -> torch.Tensor:
+    """Distance-aware attention through ``flex_attention``: DA as a ``score_mod``.
+
+    .. math::
+
+        s_h(i, j) = \\mathrm{ReLU}\\Big(\\frac{q_i \\cdot k_j}{\\sqrt{d}}\\Big)\\,
+        \\hat R_h(|i' - j|), \\qquad i' = i + L_k - L_q
+
+    ``flex_attention`` hands the ``score_mod`` the scaled score ``q.k / sqrt(d)`` and
+    the indices; since ``sqrt(d) > 0``, ``ReLU(q.k) R_hat / sqrt(d)`` equals
+    ``ReLU(q.k / sqrt(d)) R_hat``, so the modified score is exactly DA's logit. The
+    compiled kernel computes it score by score: no ``(L_q, L_k)`` scores or
+    coefficients are stored, unlike :func:`da_attention`. With ``causal``, a block
+    mask skips the blocks above the diagonal.
+
+    Args:
+        q, k, v, w, v_bias, causal: as for :func:`da_attention`.
+        compiled: use ``torch.compile(flex_attention)``; False runs PyTorch's eager
+            reference, which materialises the scores (for tests and tiny inputs).
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``, equal to the output of :func:`da_attention`
+        (tested); the weights are not returned.
+
+    Paper: Wu et al. 2021; FlexAttention: Dong et al. 2024.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from .alibi import _causal_block_mask, _check_qkv, _compiled_flex_attention
+
+    fn = "da_flex_attention"
+    n_heads, q_len, k_len = _check_qkv(fn, q, k, v)
+    for name, p in (("w", w), ("v_bias", v_bias)):
+        require_ndim(
+            fn,
+            name,
+            require_float_tensor(fn, name, require_tensor(fn, name, p)),
+            1,
+            "(heads,)",
+        )
+        if p.shape[0] != n_heads:
+            fail(fn, f"{name} must have shape (heads,) = ({n_heads},), got {describe(p)}")
+    offset = k_len - q_len
+    w_h = w.to(device=q.device, dtype=q.dtype)  # (H,)
+    v_h = v_bias.to(device=q.device, dtype=q.dtype)  # (H,)
+
+    def da_score_mod(score, b, h, q_idx, kv_idx):
+        distance = (q_idx + offset - kv_idx).abs().to(score.dtype)
+        log_r_hat = _softplus(v_h[h]) - _softplus(v_h[h] - w_h[h] * distance)
+        return torch.relu(score) * torch.exp(log_r_hat)
+
+    block_mask = _causal_block_mask(q_len, k_len, q.device) if causal else None
+    attend = _compiled_flex_attention() if compiled else flex_attention
+    return attend(
+        q, k, v, score_mod=da_score_mod, block_mask=block_mask
+    )  # (B, H, Lq, Dv)
 
 
 class DAAttention(nn.Module):

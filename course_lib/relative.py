@@ -10,8 +10,10 @@ the keys and values seen by each query:
     a_{ij} = w_{\\mathrm{clip}(j - i, -K, K)}.
 
 **T5** (Raffel et al., 2020) replaces the vectors by one learned scalar per head and
-*bucket*: small distances get their own bucket, larger ones share log-spaced buckets up
-to ``max_distance``, beyond which all distances share the last bucket.
+*bucket*: small distances get their own bucket, larger ones share log-spaced buckets
+whose edges are set by ``max_distance``; the last bucket is shared by every distance
+from well before ``max_distance`` on (91 bidirectional, 113 causal with the defaults
+32 and 128).
 
 Queries are the *last* ``q_len`` of the ``k_len`` key positions throughout (KV cache).
 
@@ -300,7 +302,11 @@ def t5_relative_position_bucket(
         relative_position: integer tensor of ``key_position - query_position``.
         bidirectional: whether keys after the query get their own buckets.
         num_buckets: total number of buckets (even when bidirectional).
-        max_distance: distances at or beyond it share the last bucket.
+        max_distance: ``D``, the distance at which the uncapped formula would reach
+            bucket ``B``. Distances at or beyond it share the last bucket, and so do
+            shorter ones: the last bucket starts at
+            ``ceil(E * (D / E) ** ((B - E - 1) / (B - E)))`` (91 bidirectional, 113
+            causal with the defaults).
 
     Returns:
         long tensor of bucket ids in ``[0, num_buckets)``, same shape as the input.
@@ -371,7 +377,9 @@ class T5RelativeBias(nn.Module):
     Args:
         num_heads: number of heads.
         num_buckets: number of buckets.
-        max_distance: distance where the last bucket starts.
+        max_distance: ``D`` of :func:`t5_relative_position_bucket`; the last bucket
+            starts before it (at 91 bidirectional, 113 causal, with 32 buckets and
+            ``D = 128``).
         bidirectional: encoder (True) or decoder (False) bucketing.
 
     >>> bias = T5RelativeBias(4, num_buckets=8, max_distance=16)

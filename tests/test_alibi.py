@@ -223,3 +223,21 @@ def test_alibi_attention_equals_library_sdpa_with_bias(gen: torch.Generator) -> 
         q, k, v, bias=alibi_bias(3, 4, 7).double(), mask=causal_mask(4, 7)
     )
     torch.testing.assert_close(alibi_attention(q, k, v, causal=True), want)
+
+
+def test_module_warm_up_means_no_rebuild_while_decoding() -> None:
+    """Chapter 5: after one call at the full length every decoding step is a view of
+    the same buffer; without it, each longer request rebuilds the bias."""
+    warm = ALiBi(4, causal=True)
+    warm(9)
+    buffer = warm.bias.data_ptr()
+    for t in range(9):
+        step = warm(1, t + 1)
+        assert step.data_ptr() >= buffer and warm.bias.data_ptr() == buffer
+        assert torch.equal(step[0], alibi_bias(4, 1, t + 1, causal=True))
+    cold = ALiBi(4, causal=True)
+    lengths = []
+    for t in range(9):
+        cold(1, t + 1)
+        lengths.append(cold.bias.shape[-1])
+    assert lengths == list(range(1, 10))

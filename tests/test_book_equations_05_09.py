@@ -809,3 +809,176 @@ def test_partial_rotary_defaults_named_in_chapter_9() -> None:
     gptj = GPTJConfig()
     assert (gptj.rotary_dim, gptj.n_embd // gptj.n_head) == (64, 256)
     assert GPTNeoXConfig().rope_parameters["partial_rotary_factor"] == 0.25
+
+
+# --------------------------------------------------------------------------------------
+# Issue 18: claims of chapters 5-8 restated after the expert read
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32, 64])
+def test_power_of_two_slope_range_has_an_upper_end_that_depends_on_n(n: int) -> None:
+    """Chapter 5: the slopes lie in [2^-8, 2^(-8/n)]; only the lower end is fixed."""
+    slopes = cl.alibi_slopes(n).double()
+    assert slopes.min().item() == 2.0**-8
+    assert slopes.max().item() == pytest.approx(2.0 ** (-8.0 / n), rel=1e-6)
+
+
+def test_paper_text_and_code_rules_differ_only_off_powers_of_two() -> None:
+    """Chapter 5: the paper's text gives 2^(-8h/n) for every n; the library follows the
+    authors' code, which agrees at powers of two and differs elsewhere (12 heads)."""
+    for n in range(1, 65):
+        text = 2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n)
+        same = torch.allclose(cl.alibi_slopes(n).double(), text, rtol=1e-6)
+        assert same == (n & (n - 1) == 0), n
+
+
+def test_symmetric_alibi_cannot_tell_a_sequence_from_its_mirror(
+    gen: torch.Generator,
+) -> None:
+    """Chapter 5: without a mask, reversing the input reverses the output; the causal
+    mask breaks the symmetry."""
+    h, s, d = 4, 9, 8
+    q, k, v = (torch.randn(1, h, s, d, generator=gen, dtype=torch.float64)
+               for _ in range(3))
+
+    def attend(bias):
+        def run(q, k, v):
+            return cl.scaled_dot_product_attention(q, k, v, bias=bias.double())[0]
+        return run
+
+    sym = attend(cl.alibi_bias(h, s))
+    assert torch.allclose(sym(q.flip(2), k.flip(2), v.flip(2)), sym(q, k, v).flip(2))
+    causal = attend(cl.alibi_bias(h, s, causal=True))
+    gap = (causal(q.flip(2), k.flip(2), v.flip(2)) - causal(q, k, v).flip(2)).abs()
+    assert gap.max() > 0.1
+
+
+def test_t5_bucket_start_formula_for_every_log_bucket() -> None:
+    """Chapter 6, eq. t5-bucket-start: bucket b >= E first holds distance
+    ceil(E (D/E)^((b-E)/(B-E))), both variants, several settings; with the defaults
+    the last bucket starts at 91 (bidirectional) and 113 (causal)."""
+    r = torch.arange(0, 5000)
+    for bidirectional in (True, False):
+        for n, D in ((32, 128), (8, 16), (64, 256), (16, 40), (12, 50)):
+            B = n // 2 if bidirectional else n
+            E = B // 2
+            past = cl.t5_relative_position_bucket(
+                -r, bidirectional=bidirectional, num_buckets=n, max_distance=D
+            )
+            for b in range(E, B):
+                start = math.ceil(E * (D / E) ** ((b - E) / (B - E)))
+                assert int(r[past == b].min()) == start, (bidirectional, n, D, b)
+    for bidirectional, expected in ((True, 91), (False, 113)):
+        past = cl.t5_relative_position_bucket(-r, bidirectional=bidirectional)
+        assert int(r[past == past.max()].min()) == expected
+
+
+def test_rel_shift_copies_once_then_only_views() -> None:
+    """Chapter 7: the pad is the one copy; the result lives in the padded buffer (one
+    extra row of L_q numbers), the reshapes copy nothing."""
+    for q_len, k_len in ((3, 5), (4, 4), (1, 7)):
+        x = torch.randn(2, q_len, k_len)
+        out = cl.rel_shift(x)
+        assert out.untyped_storage().nbytes() == 2 * q_len * (k_len + 1) * 4
+        assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("q_len,k_len", [(1, 1), (3, 5), (4, 4), (2, 9)])
+def test_bidirectional_shift_needs_lk_plus_lq_minus_one_columns(q_len, k_len) -> None:
+    """Chapter 7: keys after the query add distances down to -(L_q - 1)."""
+    query_pos = torch.arange(q_len) + k_len - q_len
+    distances = query_pos[:, None] - torch.arange(k_len)[None, :]
+    assert distances.unique().numel() == k_len + q_len - 1
+    assert distances.max() == k_len - 1 and distances.min() == -(q_len - 1)
+
+
+def _run_segments(layers, x, seg):
+    mems, outs = [None] * len(layers), []
+    for s in range(0, x.shape[1], seg):
+        h = x[:, s : s + seg]
+        for n, layer in enumerate(layers):
+            h, mems[n] = layer(h, mems[n])
+        outs.append(h)
+    return torch.cat(outs, dim=1)
+
+
+def _run_at_once(layers, x, mask=None):
+    for layer in layers:
+        x, _ = layer(x, attn_mask=mask)
+    return x
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_recurrence_equals_banded_full_pass_and_differs_from_segment_three(
+    gen: torch.Generator, depth: int
+) -> None:
+    """Chapter 7: with mem_len = segment length, segments 1-2 equal the full pass at
+    any depth; segment 3 differs even with one layer; the recurrence equals a full
+    pass with a block-banded mask at every layer; N layers reach N segments back."""
+    torch.manual_seed(1)
+    S, n_seg = 4, 4
+    layers = [cl.RelMultiHeadAttention(16, 2, mem_len=S).double() for _ in range(depth)]
+    x = torch.randn(1, n_seg * S, 16, generator=gen, dtype=torch.float64)
+    seg = torch.arange(n_seg * S) // S
+    rec = _run_segments(layers, x, S)
+    full = _run_at_once(layers, x)
+    assert (rec - full)[:, seg < 2].abs().max() < 1e-10
+    assert (rec - full)[:, seg == 2].abs().max() > 1e-4
+    banded = seg[None, :] >= seg[:, None] - 1
+    torch.testing.assert_close(rec, _run_at_once(layers, x, banded))
+    changed = x.clone()
+    changed[:, seg == 0] += 1.0
+    moved = (_run_segments(layers, changed, S) - rec).abs()
+    for s in range(1, n_seg):  # segment s sees segment 0 iff s <= depth
+        assert (moved[:, seg == s].max() > 1e-6) == (s <= depth), (depth, s)
+
+
+def test_da_local_head_spreads_with_length_alibi_does_not() -> None:
+    """Chapter 8: R_hat -> 0 sends far logits to 0, not -inf. Middle query, every
+    rectified scaled score 2, w = -0.5, v = 1: the share within |d| <= 2 falls from
+    about a half (L = 21) to about 1 % (L = 2001); ALiBi (m = 0.5) keeps ~72 %."""
+    da, alibi = [], []
+    for L in (21, 201, 2001):
+        d = (torch.arange(L) - L // 2).abs().double()
+        near = d <= 2
+        da.append((2.0 * cl.da_rescale(d, -0.5, 1.0)).softmax(-1)[near].sum().item())
+        alibi.append((2.0 - 0.5 * d).softmax(-1)[near].sum().item())
+    # independent closed form for DA: 5 near keys and L - 5 far ones
+    for L, share in zip((21, 201, 2001), da):
+        d = (torch.arange(L) - L // 2).abs().double()
+        r_hat = (1 + math.e) / (1 + torch.exp(1.0 + 0.5 * d))
+        e = torch.exp(2.0 * r_hat)
+        assert share == pytest.approx((e[d <= 2].sum() / e.sum()).item(), rel=1e-9)
+    assert da[0] > 0.45 and 0.05 < da[1] < 0.15 and da[2] < 0.015
+    assert da[0] > da[1] > da[2]
+    assert max(alibi) - min(alibi) < 0.01 and min(alibi) > 0.7
+
+
+def test_da_literal_formula_fails_only_for_large_v() -> None:
+    """Chapter 8: in float32 the literal ratio is nan (v = 100, wR = 2) or inf
+    (v = 100, wR = 20) where the value is finite; a large -wR alone gives the right 0."""
+
+    def literal(v, wr):
+        v = torch.tensor(v)
+        return ((1 + torch.exp(v)) / (1 + torch.exp(v - wr))).item()
+
+    assert math.isnan(literal(100.0, 2.0))
+    assert math.isinf(literal(100.0, 20.0))
+    assert literal(0.0, -200.0) == 0.0
+    assert cl.da_rescale(2.0, 1.0, 100.0).item() == pytest.approx(math.exp(2.0), 1e-5)
+    assert cl.da_rescale(20.0, 1.0, 100.0).item() == pytest.approx(math.exp(20.0), 1e-5)
+
+
+def test_f_softplus_cuts_off_above_twenty_the_library_does_not() -> None:
+    """Chapter 8: F.softplus(x) returns x for x > 20; da_rescale stays exact."""
+    x = torch.tensor(25.0, dtype=torch.float64)
+    exact = 25.0 + math.log1p(math.exp(-25.0))
+    assert F.softplus(x).item() == 25.0 != exact
+    # R_hat with v = 25, wR = 0.5: exp(softplus(25) - softplus(24.5)) in float64
+    want = (1 + math.exp(25.0)) / (1 + math.exp(24.5))
+    got = cl.da_rescale(torch.tensor(0.5, dtype=torch.float64), 1.0, 25.0).item()
+    assert got == pytest.approx(want, rel=1e-14)
+    cut = math.exp(F.softplus(torch.tensor(25.0, dtype=torch.float64)).item()
+                   - F.softplus(torch.tensor(24.5, dtype=torch.float64)).item())
+    assert abs(cut - want) / want > 1e-12

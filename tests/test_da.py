@@ -164,3 +164,23 @@ def test_module_matches_functional_and_learns_w_v(gen) -> None:
     torch.testing.assert_close(got, want)
     got.square().sum().backward()
     assert layer.w.grad.abs().sum() > 0 and layer.v.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Lq,Lk", [(4, 4), (3, 7), (1, 5)])
+def test_flex_score_mod_equals_dense_da_attention(gen, causal, Lq, Lk) -> None:
+    """Chapter 8: DA is exactly a FlexAttention score_mod (eager reference path)."""
+    import warnings
+
+    from course_lib import da_attention, da_flex_attention
+
+    q = torch.randn(2, 3, Lq, 8, generator=gen)
+    k = torch.randn(2, 3, Lk, 8, generator=gen)
+    v = torch.randn(2, 3, Lk, 5, generator=gen)
+    w = torch.tensor([-0.5, 0.0, 0.7])
+    v_bias = torch.tensor([1.0, -0.3, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flex = da_flex_attention(q, k, v, w, v_bias, causal=causal, compiled=False)
+    dense, _ = da_attention(q, k, v, w, v_bias, causal=causal)
+    torch.testing.assert_close(flex, dense, atol=1e-5, rtol=1e-5)
