@@ -44,10 +44,10 @@ ASSIGNMENTS = {
     "ex01_permutation": ["self_attention", "permutation_matrix"],
     "ex02_sinusoidal": ["sinusoidal_encoding", "position_ids_from_attention_mask"],
     "ex03_rotation": ["offset_matrix", "hand_computation"],
-    "ex04_rope": ["rope_frequencies", "apply_rope", "interleaved_to_half_permutation"],
+    "ex04_rope": ["rope_frequencies", "apply_rope", "interleaved_to_half_weights"],
     "ex05_alibi": ["alibi_slopes", "alibi_bias"],
 }
-HAND_ARGS = "pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5"
+HAND_ARGS = "pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4"
 
 
 NAMES = harness.names(PAIRS)
@@ -137,9 +137,75 @@ def test_hand_computation_expected_values_are_the_cosine_sums() -> None:
     import math
 
     got = g03._expected_dots()
-    assert got["pe0_dot_pe1"] == pytest.approx(math.cos(1) + math.cos(0.01), abs=1e-6)
-    assert got["pe5_dot_pe6"] == pytest.approx(math.cos(1) + math.cos(0.01), abs=1e-6)
-    assert got["pe0_dot_pe5"] == pytest.approx(math.cos(5) + math.cos(0.05), abs=1e-6)
+    assert got["pe1_dot_pe3"] == pytest.approx(math.cos(2) + math.cos(0.02), abs=1e-6)
+    assert got["pe30_dot_pe32"] == pytest.approx(math.cos(2) + math.cos(0.02),
+                                                 abs=1e-6)
+    assert got["pe1_dot_pe4"] == pytest.approx(math.cos(3) + math.cos(0.03), abs=1e-6)
+
+
+def test_exercise_3_asks_for_values_chapter_3_does_not_print() -> None:
+    """Issue 19: the chapter works offsets 1, 5 and 6; the exercise asks for offsets 2
+    and 3, and no public message of the hand computation gives a number or the
+    offset property away."""
+    chapter = (ROOT / "book" / "03-rotation.md").read_text()
+    for p, q in g03._PAIRS.values():
+        assert f"PE({p}) . PE({q})" not in chapter and f"PE({p}) \\cdot PE({q})" \
+            not in chapter
+    offsets = {q - p for p, q in g03._PAIRS.values()}
+    assert offsets.isdisjoint({1, 5, 6})
+    right = [z03._dot(p, q) for p, q in g03._PAIRS.values()]
+    for i in range(3):  # one value off at a time: the message hides the number
+        values = list(right)
+        values[i] += 0.3
+        with pytest.raises(CheckFailed) as info:
+            g03.check_hand_computation(*values)
+        message = str(info.value)
+        assert f"{right[i]:.6f}" not in message and f"{right[i]:.4f}" not in message
+        assert "p - q" not in message and "depends only" not in message
+
+
+# Issue 19: the zoo mistakes of exercises 3 and 4 that the PUBLIC check names (every
+# one: the public cases include a bias, a grouped-query key projection, float64
+# weights and all three hand-computed values).
+EX03_EX04_PUBLIC_CATCHES = {
+    "offset_matrix": {fn.__name__ for fn, _, _ in z03.WRONG["offset_matrix"]},
+    "interleaved_to_half_weights": {
+        "weights_whole_matrix",
+        "weights_reverse_direction",
+        "weights_columns",
+        "weights_bias_left_alone",
+        "weights_head_dim_from_width",
+        "weights_in_place",
+        "weights_float32",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(EX03_EX04_PUBLIC_CATCHES))
+def test_public_check_of_ex03_ex04_catches_the_listed_mistakes(name, capsys) -> None:
+    check, _ = _graders(name)
+    zoo = z03 if name in z03.WRONG else z04
+    caught = set()
+    for fn, fragment, _public in zoo.WRONG[name]:
+        try:
+            check(fn)
+        except CheckFailed as exc:
+            assert fragment in str(exc), (fn.__name__, str(exc))
+            caught.add(fn.__name__)
+    capsys.readouterr()
+    assert caught == EX03_EX04_PUBLIC_CATCHES[name]
+    marked = {fn.__name__ for fn, _, public in zoo.WRONG[name] if public}
+    assert marked == caught
+
+
+def test_public_check_of_ex03_hand_computation_catches_every_zoo_mistake(
+    capsys,
+) -> None:
+    for values, fragment, public in z03.HAND_WRONG:
+        assert public, fragment
+        with pytest.raises(CheckFailed, match=re.escape(fragment)):
+            g03.check_hand_computation(*values)
+    capsys.readouterr()
 
 
 # --- graders see through special cases and keep their expected answers

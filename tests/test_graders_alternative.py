@@ -128,21 +128,27 @@ def _perturbed(fn, mode: str):
 
 
 # Answers that are exact by construction in every formula and on every CPU: a
-# permutation matrix holds only 0 and 1 (no rounding op produces them), so its grader
-# compares exactly (atol = rtol = 0) and a perturbed copy is rightly not a permutation
-# matrix. Any other floating answer involves exp/sin/pow/softmax/matmul and gets the
-# few-ulp perturbation below.
-EXACT_BY_CONSTRUCTION = {"permutation_matrix"}
+# permutation matrix holds only 0 and 1 (no rounding op produces them), and a converted
+# checkpoint (ex04's interleaved_to_half_weights) only moves the stored numbers, so
+# their graders compare exactly (atol = rtol = 0) and a perturbed copy is rightly not
+# the answer. Any other floating answer involves exp/sin/pow/softmax/matmul and gets
+# the few-ulp perturbation below.
+EXACT_BY_CONSTRUCTION = {"permutation_matrix", "interleaved_to_half_weights"}
 PERTURBABLE = [
     p for p in harness.correct_params(PAIRS) if p.values[0] not in EXACT_BY_CONSTRUCTION
 ]
 
 
 def test_exact_by_construction_answers_are_exactly_0_and_1() -> None:
-    """The exemption above holds: every correct permutation matrix is bit-exact 0/1."""
+    """The exemption above holds: every correct permutation matrix is bit-exact 0/1,
+    and every correct weight conversion holds exactly the entries it was given."""
     for fn in z01.CORRECT["permutation_matrix"]:
         got = torch.as_tensor(fn([2, 0, 3, 1]))
         assert torch.equal(got, torch.eye(4)[[2, 0, 3, 1]].to(got.dtype)), fn.__name__
+    w = torch.randn(24, 10, generator=torch.Generator().manual_seed(0))
+    for fn in z04.CORRECT["interleaved_to_half_weights"]:
+        got = fn(w, 3)
+        assert torch.equal(got.sort(0).values, w.sort(0).values), fn.__name__
 
 
 @pytest.mark.parametrize("mode", ["up", "down", "alternating"])
@@ -163,28 +169,28 @@ def _dots_closed_form() -> tuple[float, float, float]:
     """PE(p) . PE(q) = sum_i cos((p - q) w_i), w = (1, 10000^(-2/4)), float64 math."""
     return tuple(
         math.cos(p - q) + math.cos((p - q) * 10000**-0.5)
-        for p, q in ((0, 1), (5, 6), (0, 5))
+        for p, q in ((1, 3), (30, 32), (1, 4))
     )
 
 
 def _dots_float32_tensors() -> tuple[float, float, float]:
     """The same dots from float32 sin/cos encodings and a float32 matmul."""
-    pos = torch.arange(7, dtype=torch.float32)[:, None]  # (7, 1)
+    pos = torch.arange(33, dtype=torch.float32)[:, None]  # (33, 1)
     omega = torch.tensor([1.0, 0.01], dtype=torch.float32)  # (2,)
-    angles = pos * omega  # (7, 2)
-    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (7, 4)
-    return tuple(float(pe[p] @ pe[q]) for p, q in ((0, 1), (5, 6), (0, 5)))
+    angles = pos * omega  # (33, 2)
+    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (33, 4)
+    return tuple(float(pe[p] @ pe[q]) for p, q in ((1, 3), (30, 32), (1, 4)))
 
 
 def _dots_complex() -> tuple[float, float, float]:
     """Re(sum_i e^(i p w_i) conj(e^(i q w_i))) with torch.polar, in complex128."""
     omega = torch.tensor([1.0, 0.01], dtype=torch.float64)
     z = torch.polar(
-        torch.ones(7, 2, dtype=torch.float64),
-        torch.arange(7, dtype=torch.float64)[:, None] * omega,
-    )  # (7, 2)
+        torch.ones(33, 2, dtype=torch.float64),
+        torch.arange(33, dtype=torch.float64)[:, None] * omega,
+    )  # (33, 2)
     return tuple(
-        float((z[p] * z[q].conj()).sum().real) for p, q in ((0, 1), (5, 6), (0, 5))
+        float((z[p] * z[q].conj()).sum().real) for p, q in ((1, 3), (30, 32), (1, 4))
     )
 
 

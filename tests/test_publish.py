@@ -291,7 +291,7 @@ GRADED_LISTINGS = {
     "01-permutation": (1, ["permutation_matrix", "self_attention"]),
     "02-sinusoidal": (2, ["sinusoidal_encoding", "position_ids_from_attention_mask"]),
     "03-rotation": (3, ["offset_matrix"]),
-    "04-rope": (4, ["apply_rope", "interleaved_to_half_permutation"]),
+    "04-rope": (4, ["apply_rope", "rope_interleaved_to_half_weights"]),
     "05-alibi": (5, ["alibi_slopes", "alibi_bias"]),
     "06-relative": (6, ["relative_position_index", "t5_relative_position_bucket"]),
     "07-transformer-xl": (7, ["rel_attention_scores", "rel_shift"]),

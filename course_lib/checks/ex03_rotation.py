@@ -9,9 +9,12 @@ radians, ...) are computed here so that a wrong answer is named.
 
 The hand computation is graded from three numbers, passed in this order::
 
-    check_hand_computation(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)
+    check_hand_computation(pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)
 
-(``PE(p) . PE(q)`` for the interleaved encoding with ``d_model = 4``, base 10000).
+(``PE(p) . PE(q)`` for the interleaved encoding with ``d_model = 4``, base 10000). The
+chapter works the offsets 1, 5 and 6 by hand; the exercise asks for offsets 2 and 3.
+No public message states the expected numbers or the property the exercise asks the
+student to find (that equal offsets give equal dot products).
 """
 
 from __future__ import annotations
@@ -133,14 +136,17 @@ def _check_shift_property(offset_matrix: Callable, k: int, d_model: int) -> None
 
 
 def _public_offset_matrix(offset_matrix: Callable) -> None:
-    """Public cases: two offsets for d_model 4 and 8, and the shift property."""
+    """Public cases: three offsets (one negative) for d_model 4, 8 and 6, and the
+    shift property."""
     _check_offset(offset_matrix, 1, 4)
     _check_offset(offset_matrix, 3, 8)
+    _check_offset(offset_matrix, -2, 6)
     _check_shift_property(offset_matrix, 2, 6)
 
 
 def check_offset_matrix(offset_matrix: Callable) -> None:
-    """Public check: two offsets for d_model 4 and 8, and the shift property."""
+    """Public check: three offsets (one negative) for d_model 4, 8 and 6, and the
+    shift property."""
     _public_offset_matrix(offset_matrix)
     passed("offset_matrix", public=True)
 
@@ -165,7 +171,7 @@ def grade_offset_matrix(offset_matrix: Callable) -> None:
 
 # The factor-2 exponent mistake changes PE(0) . PE(1) only by 5e-5: six decimals.
 _DOT_ATOL = 5e-6
-_PAIRS = {"pe0_dot_pe1": (0, 1), "pe5_dot_pe6": (5, 6), "pe0_dot_pe5": (0, 5)}
+_PAIRS = {"pe1_dot_pe3": (1, 3), "pe30_dot_pe32": (30, 32), "pe1_dot_pe4": (1, 4)}
 
 
 def _dot_with(omega: list[float], p: int, q: int, *, degrees: bool = False) -> float:
@@ -179,7 +185,7 @@ def _dot_with(omega: list[float], p: int, q: int, *, degrees: bool = False) -> f
 
 
 def _expected_dots() -> dict[str, float]:
-    pe = _ref_sinusoidal_encoding(7, 4).double()  # (7, 4)
+    pe = _ref_sinusoidal_encoding(33, 4).double()  # (33, 4): positions 0..32
     return {name: float(pe[p] @ pe[q]) for name, (p, q) in _PAIRS.items()}
 
 
@@ -197,6 +203,11 @@ def _dot_mistakes(p: int, q: int) -> list[tuple[float, str]]:
               "itself; here the positions differ"),
         (sum(math.sin(p * w) * math.sin(q * w) for w in (1.0, 0.01)),
          "only the sine products were summed; add cos(p w) cos(q w) for each pair"),
+        (sum(math.cos(p * w) * math.cos(q * w) for w in (1.0, 0.01)),
+         "only the cosine products were summed; add sin(p w) sin(q w) for each pair"),
+        (sum(math.cos((p + q) * w) for w in (1.0, 0.01)),
+         "this is a sum of cos((p + q) w): the identity is sin a sin b + cos a cos b "
+         "= cos(a - b), with a minus"),
     ]
 
 
@@ -220,7 +231,7 @@ def _as_number(name: str, value: object) -> float:
     return number
 
 
-def _check_dot(name: str, value: float, expected: float) -> None:
+def _check_dot(name: str, value: float, expected: float, *, public: bool) -> None:
     p, q = _PAIRS[name]
     what = f"{name} (PE({p}) . PE({q}) for d_model = 4)"
     if abs(value - expected) <= _DOT_ATOL:
@@ -233,46 +244,40 @@ def _check_dot(name: str, value: float, expected: float) -> None:
         raise CheckFailed(f"{what} = {value} is close to the right value but not "
                           f"within {_DOT_ATOL:g}: give at least 6 decimals, or an "
                           "exact expression with math.cos / math.sin")
-    raise CheckFailed(f"{what}: expected {expected:.6f}, got {value:.6f}. Hint: "
-                      "PE(p) . PE(q) = sum_i sin(p w_i) sin(q w_i) + cos(p w_i) "
-                      "cos(q w_i) with w_0 = 1 and w_1 = 10000^(-2/4)")
+    hint = ("Hint: PE(p) . PE(q) = sum over the two pairs of sin(p w_i) sin(q w_i) + "
+            "cos(p w_i) cos(q w_i), with w_0 = 1 and w_1 = 10000^(-2/4), angles in "
+            "radians")
+    if public:  # the public check does not give the number away
+        raise CheckFailed(f"{what} = {value:.6f} is not right. {hint}")
+    raise CheckFailed(f"{what}: expected {expected:.6f}, got {value:.6f}. {hint}")
 
 
-def _public_part(values: dict[str, float], expected: dict[str, float]) -> None:
-    _check_dot("pe0_dot_pe1", values["pe0_dot_pe1"], expected["pe0_dot_pe1"])
-    if abs(values["pe5_dot_pe6"] - values["pe0_dot_pe1"]) > _DOT_ATOL:
-        raise CheckFailed(
-            f"pe5_dot_pe6 = {values['pe5_dot_pe6']:.6g} differs from pe0_dot_pe1 = "
-            f"{values['pe0_dot_pe1']:.6g}, but both pairs are one position apart, and "
-            "PE(p) . PE(q) = sum_i cos((p - q) w_i) depends only on p - q"
-        )
-
-
-def _numbers(pe0_dot_pe1: object, pe5_dot_pe6: object,
-             pe0_dot_pe5: object) -> dict[str, float]:
-    given = {"pe0_dot_pe1": pe0_dot_pe1, "pe5_dot_pe6": pe5_dot_pe6,
-             "pe0_dot_pe5": pe0_dot_pe5}
+def _numbers(pe1_dot_pe3: object, pe30_dot_pe32: object,
+             pe1_dot_pe4: object) -> dict[str, float]:
+    given = {"pe1_dot_pe3": pe1_dot_pe3, "pe30_dot_pe32": pe30_dot_pe32,
+             "pe1_dot_pe4": pe1_dot_pe4}
     return {name: _as_number(name, value) for name, value in given.items()}
 
 
-def check_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
-                           pe0_dot_pe5: object) -> None:
-    """Public check: the first dot product, and that equal offsets give equal dots.
+def check_hand_computation(pe1_dot_pe3: object, pe30_dot_pe32: object,
+                           pe1_dot_pe4: object) -> None:
+    """Public check: each of the three numbers, with the known mistakes named.
 
     Call it with the three numbers in this order:
-    ``check_hand_computation(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)``.
+    ``check_hand_computation(pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)``.
     """
-    _public_part(_numbers(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5), _expected_dots())
+    values = _numbers(pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)
+    expected = _expected_dots()
+    for name, value in values.items():
+        _check_dot(name, value, expected[name], public=True)
     passed("hand_computation", public=True)
 
 
-def grade_hand_computation(pe0_dot_pe1: object, pe5_dot_pe6: object,
-                           pe0_dot_pe5: object) -> None:
-    """Hidden grade: the public part, then all three values, with hints for the
-    known mistakes."""
-    values = _numbers(pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)
+def grade_hand_computation(pe1_dot_pe3: object, pe30_dot_pe32: object,
+                           pe1_dot_pe4: object) -> None:
+    """Hidden grade: all three values, with the expected value in the message."""
+    values = _numbers(pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)
     expected = _expected_dots()
-    _public_part(values, expected)
     for name, value in values.items():
-        _check_dot(name, value, expected[name])
+        _check_dot(name, value, expected[name], public=False)
     passed("hand_computation", public=False, detail="3 dot products")

@@ -1,11 +1,14 @@
-"""Graders for ex04_rope: RoPE frequencies, interleaved rotation, pairing permutation.
+"""Graders for ex04_rope: RoPE frequencies, interleaved rotation, and the per-head
+conversion of a checkpoint's query/key projections from interleaved to rotate-half.
 
 ``check_*`` run in the students' notebooks (public cells); ``grade_*`` run at grading
 (hidden cells). Expected answers come from :mod:`course_lib.rope`, captured at import
 and computed before the student's function runs. Known wrong answers (the rotate-half
 pairing, pairs read as (2i, 2i+1) but written back as [evens | odds], a flipped angle,
-reversed positions, exponents off by a factor of 2, ...) are computed here with an
-independent rotation so that a wrong answer is named.
+reversed positions, exponents off by a factor of 2, a conversion over the whole matrix
+instead of per head, the reverse conversion, columns instead of rows, biases left
+alone, ...) are computed here, with an independent rotation, so that a wrong answer
+is named.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from collections.abc import Callable
 
 import torch
 
+from course_lib.conventions import (
+    rope_interleaved_to_half_weights as _ref_interleaved_to_half_weights,
+)
 from course_lib.rope import apply_rope as _ref_apply_rope
 from course_lib.rope import (
     interleaved_to_half_permutation as _ref_interleaved_to_half_permutation,
@@ -25,16 +31,15 @@ from ._core import (
     Mistake,
     call_student,
     expect_close,
-    expect_equal,
     passed,
 )
 
 __all__ = [
     "check_apply_rope",
-    "check_interleaved_to_half_permutation",
+    "check_interleaved_to_half_weights",
     "check_rope_frequencies",
     "grade_apply_rope",
-    "grade_interleaved_to_half_permutation",
+    "grade_interleaved_to_half_weights",
     "grade_rope_frequencies",
 ]
 
@@ -290,76 +295,152 @@ def grade_apply_rope(apply_rope: Callable) -> None:
            detail=f"{len(cases) + 1} shapes, properties")
 
 
-# ---- interleaved_to_half_permutation ---------------------------------------------
+# ---- interleaved_to_half_weights ----------------------------------------------------
 
 
-def _permutation_mistakes(head_dim: int) -> list[tuple[torch.Tensor, str]]:
-    evens, odds = torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)
-    right = torch.cat((evens, odds))
-    return [
-        (torch.argsort(right),
-         "this is the inverse permutation (half -> interleaved, [0, d/2, 1, d/2+1, "
-         "...]); the exercise asks for evens then odds, [0, 2, 4, ..., 1, 3, ...]"),
-        (torch.cat((odds, evens)), "odds first: the permutation is evens then odds"),
-        (torch.arange(head_dim), "this is the identity; the permutation is evens "
-                                 "then odds, [0, 2, 4, ..., 1, 3, 5, ...]"),
+def _head_rows(n_heads: int, head_dim: int, within: torch.Tensor) -> torch.Tensor:
+    """Row index that reorders the rows of every head by ``within`` (head_dim,)."""
+    return (torch.arange(n_heads)[:, None] * head_dim + within[None, :]).flatten()
+
+
+def _weight_mistakes(w: torch.Tensor, n_heads: int) -> list[tuple[torch.Tensor, str]]:
+    """Known wrong conversions of a projection ``w`` (rows: n_heads * head_dim)."""
+    rows = w.shape[0]
+    head_dim = rows // n_heads
+    perm = _ref_interleaved_to_half_permutation(head_dim).long()  # evens, then odds
+    per_head = _head_rows(n_heads, head_dim, perm)
+    out = [
+        (w[_head_rows(n_heads, head_dim, torch.argsort(perm))],
+         "this is the conversion the other way, rotate-half -> interleaved (rows "
+         "[0, d/2, 1, d/2+1, ...] of each head, the reverse_permute of conversion "
+         "scripts); interleaved -> rotate-half puts the even rows of each head "
+         "first, then the odd ones"),
+        (w[_ref_interleaved_to_half_permutation(rows).long()],
+         "the rows were reordered over the whole projection (all even rows of all "
+         f"{n_heads} heads first) instead of inside each head: rows of different "
+         "heads got mixed; reorder the head_dim rows of every head separately"),
+        (w.clone(),
+         "the tensor came back unchanged" + (
+             ": a bias is part of the query (q = W x + b), so its entries must be "
+             "reordered inside each head exactly like the rows of W"
+             if w.dim() == 1 else "; reorder the rows inside each head")),
     ]
+    if w.dim() == 2 and w.shape[1] == rows:
+        out.append((w[:, per_head],
+                    "the columns were reordered instead of the rows: the weight is "
+                    "stored as nn.Linear stores it, (out, in), and the head "
+                    "dimensions of q = W x are its rows (output features)"))
+    if w.dim() == 2 and w.shape[1] != rows and w.shape[1] % n_heads == 0:
+        # head_dim taken from the input width, as for a square query projection; a
+        # key projection with grouped-query attention has fewer rows than columns
+        wrong_dim = w.shape[1] // n_heads
+        if wrong_dim % 2 == 0 and wrong_dim != head_dim:
+            wrong = (w.reshape(n_heads, wrong_dim // 2, 2, -1).transpose(1, 2)
+                     .reshape(w.shape))
+            out.append((wrong,
+                        f"head_dim was taken from the input width ({w.shape[1]} // "
+                        f"{n_heads} = {wrong_dim}) instead of the number of rows "
+                        f"({rows} // {n_heads} = {head_dim}): with grouped-query "
+                        "attention a key projection has fewer rows than the model "
+                        "width"))
+    return out
 
 
-def _check_permutation(fn: Callable, head_dim: int) -> None:
-    expected = _ref_interleaved_to_half_permutation(head_dim)  # (head_dim,)
-    mistakes = [Mistake(a, e) for a, e in _permutation_mistakes(head_dim)
-                if not torch.equal(a, expected)]
-    call = f"interleaved_to_half_permutation({head_dim})"
-    got = call_student(fn, head_dim, call=call)
-    expect_equal(got, expected, what=call, mistakes=mistakes)
+def _weight_input(seed: int, shape: tuple[int, ...],
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
 
 
-def _check_permutation_property(fn: Callable, head_dim: int) -> None:
-    """apply_rope(x[..., P], "half") == apply_rope(x)[..., P] with the student's P."""
-    x = torch.randn(3, 5, head_dim, generator=torch.Generator().manual_seed(head_dim))
-    interleaved = _ref_apply_rope(x)  # (3, 5, d)
-    call = f"interleaved_to_half_permutation({head_dim})"
-    p = call_student(fn, head_dim, call=call)
-    if (not isinstance(p, torch.Tensor) or p.shape != (head_dim,)
-            or p.is_floating_point() or p.dtype == torch.bool):
-        raise CheckFailed(f"{call} should be an integer tensor of shape ({head_dim},) "
-                          "usable as an index")
-    p = p.long()
-    if not torch.equal(p.sort().values, torch.arange(head_dim)):
-        raise CheckFailed(f"{call} = {p.tolist()} is not a permutation of "
-                          f"0..{head_dim - 1}")
-    expect_close(_ref_apply_rope(x[..., p], convention="half"), interleaved[..., p],
-                 what=f"apply_rope(x[..., P], convention='half') vs "
-                      f"apply_rope(x)[..., P] with P = {call}", atol=1e-5, rtol=1e-4)
+def _check_weights(fn: Callable, w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    head_dim = w.shape[0] // n_heads
+    expected = _ref_interleaved_to_half_weights(w, n_heads, head_dim)
+    mistakes = _known(expected, _weight_mistakes(w, n_heads))
+    kind = "bias" if w.dim() == 1 else "weight"
+    call = (f"interleaved_to_half_weights(w, {n_heads}) with a {kind} w of shape "
+            f"{tuple(w.shape)} ({n_heads} heads of {head_dim} rows)")
+    got = call_student(fn, w, n_heads, call=call)
+    # a conversion only moves numbers: every entry must be exact
+    expect_close(got, expected, what=call, atol=0.0, rtol=0.0, mistakes=mistakes)
+    if got.dtype != w.dtype:
+        raise CheckFailed(f"{call} has the right values, but its dtype is {got.dtype} "
+                          f"instead of {w.dtype}: a converted checkpoint keeps the "
+                          "dtype it was stored in")
+    return got
 
 
-def _public_interleaved_to_half_permutation(
-    interleaved_to_half_permutation: Callable,
-) -> None:
-    """Public cases: head_dim 4 and 8, and the defining property for head_dim 8."""
-    for head_dim in (4, 8):
-        _check_permutation(interleaved_to_half_permutation, head_dim)
-    _check_permutation_property(interleaved_to_half_permutation, 8)
+def _check_weights_property(fn: Callable, seed: int, n_heads: int, head_dim: int,
+                            d_model: int) -> None:
+    """Scores of a layer with the converted q/k weights and biases under rotate-half
+    RoPE equal the original scores under interleaved RoPE (computed with this
+    module's own rotation, not the library's)."""
+    g = torch.Generator().manual_seed(seed)
+    rows, seq = n_heads * head_dim, 6
+    x = torch.randn(seq, d_model, generator=g, dtype=torch.float64)
+    w_q, w_k = torch.randn(2, rows, d_model, generator=g, dtype=torch.float64)
+    b_q, b_k = torch.randn(2, rows, generator=g, dtype=torch.float64)
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    angles = torch.arange(seq, dtype=torch.float64)[:, None] * 10000.0 ** (
+        -2 * i / head_dim)  # (seq, d/2)
+
+    def scores(wq, bq, wk, bk, pairing):
+        q = (x @ wq.T + bq).view(seq, n_heads, head_dim).transpose(0, 1)
+        k = (x @ wk.T + bk).view(seq, n_heads, head_dim).transpose(0, 1)
+        q, k = _rotate(q, angles, pairing), _rotate(k, angles, pairing)
+        return q @ k.transpose(-2, -1)  # (heads, seq, seq)
+
+    converted = []
+    for name, t in (("w_q", w_q), ("b_q", b_q), ("w_k", w_k), ("b_k", b_k)):
+        call = (f"interleaved_to_half_weights({name}, {n_heads}) with {name} of "
+                f"shape {tuple(t.shape)}")
+        got = call_student(fn, t, n_heads, call=call)
+        if not isinstance(got, torch.Tensor) or got.shape != t.shape:
+            raise CheckFailed(f"{call} should return a tensor of shape "
+                              f"{tuple(t.shape)}")
+        if got.dtype != t.dtype:
+            raise CheckFailed(f"{call} returned {got.dtype} for a {t.dtype} input: a "
+                              "converted checkpoint keeps the dtype it was stored in")
+        converted.append(got.double())
+    expect_close(scores(*converted, "half"), scores(w_q, b_q, w_k, b_k, "interleaved"),
+                 what=f"attention scores of {n_heads} heads of {head_dim} dimensions "
+                      "with the converted weights and biases under rotate-half RoPE "
+                      "(they should equal the original scores under interleaved RoPE)",
+                 atol=1e-8, rtol=1e-8)
 
 
-def check_interleaved_to_half_permutation(
-    interleaved_to_half_permutation: Callable,
-) -> None:
-    """Public check: head_dim 4 and 8, and the defining property for head_dim 8."""
-    _public_interleaved_to_half_permutation(interleaved_to_half_permutation)
-    passed("interleaved_to_half_permutation", public=True)
+def _public_interleaved_to_half_weights(fn: Callable) -> None:
+    """Public cases: a square query weight, a bias, a grouped-query key weight, and
+    the scores of a converted layer."""
+    _check_weights(fn, _weight_input(0, (16, 16)), 2)  # W_q: 2 heads of 8, d_model 16
+    _check_weights(fn, _weight_input(1, (16,)), 2)  # its bias
+    _check_weights(fn, _weight_input(2, (16, 32)), 2)  # W_k: 2 KV heads, d_model 32
+    _check_weights_property(fn, 3, 2, 8, 16)
 
 
-def grade_interleaved_to_half_permutation(
-    interleaved_to_half_permutation: Callable,
-) -> None:
-    """Hidden grade: head_dim 2, odd numbers of pairs, large head_dim, property."""
-    _public_interleaved_to_half_permutation(interleaved_to_half_permutation)
-    dims = (2, 6, 10, 16, 64)
-    for head_dim in dims:
-        _check_permutation(interleaved_to_half_permutation, head_dim)
-    for head_dim in (6, 12):
-        _check_permutation_property(interleaved_to_half_permutation, head_dim)
-    passed("interleaved_to_half_permutation", public=False,
-           detail=f"{len(dims)} head dimensions, property")
+def check_interleaved_to_half_weights(interleaved_to_half_weights: Callable) -> None:
+    """Public check: a square query weight, a bias, a grouped-query key weight, and
+    the scores of a converted layer."""
+    _public_interleaved_to_half_weights(interleaved_to_half_weights)
+    passed("interleaved_to_half_weights", public=True)
+
+
+def grade_interleaved_to_half_weights(interleaved_to_half_weights: Callable) -> None:
+    """Hidden grade: one head, head_dim 2 and odd numbers of pairs, many heads,
+    grouped-query keys, bfloat16 and float64, biases, scores."""
+    fn = interleaved_to_half_weights
+    _public_interleaved_to_half_weights(fn)
+    cases = [
+        (10, (8, 5), 1, torch.float32),  # one head of 8, d_model 5
+        (11, (6, 6), 3, torch.float32),  # head_dim 2: nothing moves
+        (12, (24, 24), 4, torch.float32),  # head_dim 6: three pairs
+        (13, (128, 64), 8, torch.float32),  # 8 heads of 16, d_model 64
+        (14, (32, 128), 2, torch.bfloat16),  # grouped-query keys, bfloat16
+        (15, (40,), 4, torch.float64),  # bias of 4 heads of 10
+        (16, (12,), 1, torch.float32),  # bias of one head
+    ]
+    for seed, shape, n_heads, dtype in cases:
+        _check_weights(fn, _weight_input(seed, shape, dtype), n_heads)
+    _check_weights_property(fn, 17, 4, 6, 12)
+    _check_weights_property(fn, 18, 1, 16, 8)
+    passed("interleaved_to_half_weights", public=False,
+           detail=f"{len(cases)} shapes, scores")

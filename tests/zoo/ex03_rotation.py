@@ -120,7 +120,7 @@ WRONG = {
         (offset_identity, "wrong entr", True),
         (offset_block_diag_float64,
          "instead of torch.float32; the task asks for float32", True),
-        (offset_absolute_k, "this is the transpose, the rotation by -k", False),
+        (offset_absolute_k, "this is the transpose, the rotation by -k", True),
     ],
 }
 
@@ -128,7 +128,7 @@ CALLS_LIBRARY = {
     "offset_matrix": [offset_calls_library, offset_imported_from_library],
 }
 
-# --- the hand computation: (pe0_dot_pe1, pe5_dot_pe6, pe0_dot_pe5)
+# --- the hand computation: (pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)
 
 
 def _dot(p: int, q: int, omegas=(1.0, 0.01)) -> float:
@@ -139,34 +139,53 @@ def _dot(p: int, q: int, omegas=(1.0, 0.01)) -> float:
     return sum(a * b for a, b in zip(pe(p), pe(q), strict=True))
 
 
+
+def _sines(p: int, q: int) -> float:
+    return sum(math.sin(p * w) * math.sin(q * w) for w in (1.0, 0.01))
+
+
+def _cosines(p: int, q: int) -> float:
+    return sum(math.cos(p * w) * math.cos(q * w) for w in (1.0, 0.01))
+
+
+def _plus(p: int, q: int) -> float:
+    """cos(a + b) where the identity has cos(a - b)."""
+    return sum(math.cos((p + q) * w) for w in (1.0, 0.01))
+
+
 HAND_CORRECT = [
-    (_dot(0, 1), _dot(5, 6), _dot(0, 5)),
-    (math.cos(1) + math.cos(0.01), math.cos(-1) + math.cos(-0.01),
-     math.cos(5) + math.cos(0.05)),
-    (1.540252, 1.540252, 1.282412),  # six decimals
-    (torch.tensor(_dot(0, 1)), np.float64(_dot(5, 6)), torch.tensor([_dot(0, 5)])),
+    (_dot(1, 3), _dot(30, 32), _dot(1, 4)),
+    (math.cos(2) + math.cos(0.02), math.cos(-2) + math.cos(-0.02),
+     math.cos(3) + math.cos(0.03)),
+    (0.583653, 0.583653, 0.009558),  # six decimals
+    (torch.tensor(_dot(1, 3)), np.float64(_dot(30, 32)), torch.tensor([_dot(1, 4)])),
     # exact expressions in sympy, and a NumPy 0-d array
-    (sympy.cos(1) + sympy.cos(sympy.Rational(1, 100)),
-     sympy.cos(-1) + sympy.cos(sympy.Rational(-1, 100)), np.array(_dot(0, 5))),
+    (sympy.cos(2) + sympy.cos(sympy.Rational(2, 100)),
+     sympy.cos(-2) + sympy.cos(sympy.Rational(-2, 100)), np.array(_dot(1, 4))),
 ]
 
 HAND_WRONG = [
     # The seed's exponent bug: the second frequency is 10000^(-4/4) = 1e-4.
-    ((_dot(0, 1, (1.0, 1e-4)), _dot(5, 6, (1.0, 1e-4)), _dot(0, 5, (1.0, 1e-4))),
+    ((_dot(1, 3, (1.0, 1e-4)), _dot(30, 32, (1.0, 1e-4)), _dot(1, 4, (1.0, 1e-4))),
      "off by a factor of 2", True),
-    ((_dot(0, 1, (1.0, 0.1)), _dot(5, 6, (1.0, 0.1)), _dot(0, 5, (1.0, 0.1))),
+    ((_dot(1, 3, (1.0, 0.1)), _dot(30, 32, (1.0, 0.1)), _dot(1, 4, (1.0, 0.1))),
      "uses i instead of 2i", True),
-    ((_dot(0, 1, (math.pi / 180, math.pi / 18000)),
-      _dot(5, 6, (math.pi / 180, math.pi / 18000)),
-      _dot(0, 5, (math.pi / 180, math.pi / 18000))), "degrees", True),
+    ((_dot(1, 3, (math.pi / 180, math.pi / 18000)),
+      _dot(30, 32, (math.pi / 180, math.pi / 18000)),
+      _dot(1, 4, (math.pi / 180, math.pi / 18000))), "degrees", True),
     ((2.0, 2.0, 2.0), "dot product of a vector with itself", True),
-    ((0.0, 0.0, 0.0), "only the sine products", True),
-    ((1.5403, 1.5403, 1.2824), "give at least 6 decimals", True),  # 4 decimals
-    ((_dot(0, 1), _dot(0, 1) + 0.3, _dot(0, 5)), "depends only on p - q", True),
-    # Right for the public part, wrong where only the hidden grader looks.
-    ((_dot(0, 1), _dot(5, 6), _dot(0, 5, (1.0, 1e-4))), "off by a factor of 2",
-     False),
-    ((_dot(0, 1), _dot(5, 6), "1.28"), "pe0_dot_pe5 should be a number", True),
-    ((sympy.Symbol("x"), _dot(5, 6), _dot(0, 5)), "pe0_dot_pe1 should be a number",
+    ((_sines(1, 3), _sines(30, 32), _sines(1, 4)), "only the sine products", True),
+    ((_cosines(1, 3), _cosines(30, 32), _cosines(1, 4)), "only the cosine products",
+     True),
+    ((_plus(1, 3), _plus(30, 32), _plus(1, 4)), "cos((p + q) w)", True),
+    ((0.5837, 0.5837, 0.0096), "give at least 6 decimals", True),  # 4 decimals
+    # right first value, the second off: the public check says so and hints at the
+    # formula, without the number (the hidden grader gives it)
+    ((_dot(1, 3), _dot(1, 3) + 0.3, _dot(1, 4)), "sum over the two pairs of", True),
+    # right for the first two, the seed's exponent bug in the last one only
+    ((_dot(1, 3), _dot(30, 32), _dot(1, 4, (1.0, 1e-4))), "off by a factor of 2",
+     True),
+    ((_dot(1, 3), _dot(30, 32), "0.0096"), "pe1_dot_pe4 should be a number", True),
+    ((sympy.Symbol("x"), _dot(30, 32), _dot(1, 4)), "pe1_dot_pe3 should be a number",
      True),
 ]

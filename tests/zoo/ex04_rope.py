@@ -14,7 +14,7 @@ import math
 import torch
 
 import course_lib
-from course_lib import apply_rope, interleaved_to_half_permutation, rope_frequencies
+from course_lib import apply_rope, rope_frequencies, rope_interleaved_to_half_weights
 
 # --- rope_frequencies: correct
 
@@ -154,40 +154,81 @@ def rope_sin_times_x(x, positions):
     return x * a.cos().repeat_interleave(2, -1) + x * a.sin().repeat_interleave(2, -1)
 
 
-# --- interleaved_to_half_permutation: correct
+# --- interleaved_to_half_weights: correct
 
 
-def perm_cat(head_dim):
-    return torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+def weights_view_transpose(w, n_heads):
+    """One reshape, as conversion scripts do: (heads, pairs, 2, in) -> (heads, 2,
+    pairs, in), so that each head lists its first members, then its second ones."""
+    head_dim = w.shape[0] // n_heads
+    flat = w.reshape(w.shape[0], -1)  # a bias becomes one column
+    out = flat.reshape(n_heads, head_dim // 2, 2, -1).transpose(1, 2)
+    return out.reshape(w.shape)
 
 
-def perm_sort_by_parity(head_dim):
-    index = torch.arange(head_dim)
-    return index[torch.argsort(index % 2 * head_dim + index)]
+def weights_index_rows(w, n_heads):
+    head_dim = w.shape[0] // n_heads
+    within = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+    rows = (torch.arange(n_heads)[:, None] * head_dim + within).flatten()
+    return w[rows]
 
 
-def perm_list_int32(head_dim):
-    evens = list(range(0, head_dim, 2))
-    return torch.tensor(evens + [i + 1 for i in evens], dtype=torch.int32)
+def weights_loop_over_heads(w, n_heads):
+    head_dim = w.shape[0] // n_heads
+    parts = []
+    for h in range(n_heads):
+        block = w[h * head_dim:(h + 1) * head_dim]
+        parts += [block[0::2], block[1::2]]
+    return torch.cat(parts)
 
 
-# --- interleaved_to_half_permutation: wrong
+# --- interleaved_to_half_weights: wrong
 
 
-def perm_inverse(head_dim):
-    return torch.argsort(perm_cat(head_dim))
+def weights_whole_matrix(w, n_heads):
+    """Evens then odds over all rows: the heads get mixed."""
+    return torch.cat([w[0::2], w[1::2]])
 
 
-def perm_odds_first(head_dim):
-    return torch.cat([torch.arange(1, head_dim, 2), torch.arange(0, head_dim, 2)])
+def weights_reverse_direction(w, n_heads):
+    """The rotate-half -> interleaved conversion (a reverse_permute)."""
+    head_dim = w.shape[0] // n_heads
+    flat = w.reshape(w.shape[0], -1)
+    out = flat.reshape(n_heads, 2, head_dim // 2, -1).transpose(1, 2)
+    return out.reshape(w.shape)
 
 
-def perm_identity(head_dim):
-    return torch.arange(head_dim)
+def weights_columns(w, n_heads):
+    """Q = X W thinking: permutes the columns of the stored (out, in) weight."""
+    if w.dim() == 1:
+        return weights_index_rows(w, n_heads)
+    return weights_index_rows(w.T, n_heads).T
 
 
-def perm_float(head_dim):
-    return perm_cat(head_dim).float()
+def weights_bias_left_alone(w, n_heads):
+    """Converts weight matrices, returns biases unchanged."""
+    if w.dim() == 1:
+        return w.clone()
+    return weights_index_rows(w, n_heads)
+
+
+def weights_head_dim_from_width(w, n_heads):
+    """head_dim = d_model // n_heads, right for a square query projection only."""
+    if w.dim() == 1:
+        return weights_index_rows(w, n_heads)
+    head_dim = w.shape[1] // n_heads
+    out = w.reshape(n_heads, head_dim // 2, 2, -1).transpose(1, 2)
+    return out.reshape(w.shape)
+
+
+def weights_in_place(w, n_heads):
+    w.copy_(weights_index_rows(w, n_heads))
+    return w
+
+
+def weights_float32(w, n_heads):
+    """Right rows, but through float32: a bfloat16 checkpoint changes dtype."""
+    return weights_index_rows(w.float(), n_heads)
 
 
 # --- calls the library
@@ -209,12 +250,13 @@ def rope_imported_from_library(x, positions):
     return apply_rope(x, positions)
 
 
-def perm_calls_library(head_dim):
-    return course_lib.interleaved_to_half_permutation(head_dim)
+def weights_calls_library(w, n_heads):
+    head_dim = w.shape[0] // n_heads
+    return course_lib.rope_interleaved_to_half_weights(w, n_heads, head_dim)
 
 
-def perm_imported_from_library(head_dim):
-    return interleaved_to_half_permutation(head_dim)
+def weights_imported_from_library(w, n_heads):
+    return rope_interleaved_to_half_weights(w, n_heads, w.shape[0] // n_heads)
 
 
 # --- found by the red team: correct styles and bugs the first graders missed
@@ -266,17 +308,12 @@ def rope_shifts_positions(x, positions):
     return out
 
 
-def perm_int8(head_dim):
-    """Right for small heads; int8 wraps around beyond 127."""
-    return perm_cat(head_dim).to(torch.int8)
-
-
 CORRECT = {
     "rope_frequencies": [freq_inverse_power, freq_exp_log, freq_list_float64],
     "apply_rope": [rope_stack, rope_complex, rope_loops,
                    rope_rotation_matrices_float32, rope_float32_recipe],
-    "interleaved_to_half_permutation": [perm_cat, perm_sort_by_parity,
-                                        perm_list_int32],
+    "interleaved_to_half_weights": [weights_view_transpose, weights_index_rows,
+                                    weights_loop_over_heads],
 }
 
 WRONG = {
@@ -302,18 +339,21 @@ WRONG = {
         (rope_cache_of_2048, "4095, 4096, 5000] has", False),
         (rope_shifts_positions, "changed its input positions in place", True),
     ],
-    "interleaved_to_half_permutation": [
-        (perm_inverse, "inverse permutation", True),
-        (perm_odds_first, "odds first", True),
-        (perm_identity, "this is the identity", True),
-        (perm_float, "should hold integers", True),
-        (perm_int8, "should be a torch.long tensor, got torch.int8", True),
+    "interleaved_to_half_weights": [
+        (weights_whole_matrix, "instead of inside each head", True),
+        (weights_reverse_direction, "the conversion the other way", True),
+        (weights_columns, "the columns were reordered instead of the rows", True),
+        (weights_bias_left_alone, "a bias is part of the query", True),
+        (weights_head_dim_from_width, "head_dim was taken from the input width",
+         True),
+        (weights_in_place, "changed its input w in place", True),
+        (weights_float32, "a converted checkpoint keeps the dtype", True),
     ],
 }
 
 CALLS_LIBRARY = {
     "rope_frequencies": [freq_calls_library, freq_imported_from_library],
     "apply_rope": [rope_calls_library, rope_imported_from_library],
-    "interleaved_to_half_permutation": [perm_calls_library,
-                                        perm_imported_from_library],
+    "interleaved_to_half_weights": [weights_calls_library,
+                                    weights_imported_from_library],
 }
