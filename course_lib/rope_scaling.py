@@ -53,6 +53,7 @@ __all__ = [
     "yarn_attention_factor",
     "yarn_correction_dim",
     "yarn_correction_range",
+    "yarn_paper_ramp",
     "yarn_ramp",
 ]
 
@@ -221,6 +222,39 @@ def yarn_ramp(low: float, high: float, n_pairs: int) -> torch.Tensor:
         high = high + 0.001
     i = torch.arange(n_pairs, dtype=torch.float64)
     return ((i - low) / (high - low)).clamp(0.0, 1.0)  # (n_pairs,)
+
+
+def yarn_paper_ramp(turns: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
+    r"""The YaRN paper's ramp (section 3.2, "NTK-by-parts"), linear in the turns.
+
+    .. math::
+
+        \gamma(r) = \operatorname{clip}\!\Big(\frac{r - \alpha}{\beta - \alpha},
+        0, 1\Big), \qquad
+        h(\theta_i) = (1 - \gamma(r_i))\,\frac{\theta_i}{s} + \gamma(r_i)\,\theta_i,
+
+    with :math:`r_i = L/\lambda_i` the turns of pair :math:`i` in the training
+    length. Here :math:`\gamma = 1` means *keep* (many turns) and :math:`\gamma = 0`
+    interpolate; the paper uses :math:`\alpha = 1`, :math:`\beta = 32` for LLaMA.
+    The reference code and :func:`yarn_ramp` use a ramp linear in the pair index
+    instead (1 = interpolate); Llama 3.1's blend is this ramp with
+    :math:`\alpha = 1`, :math:`\beta = 4`.
+
+    Args:
+        turns: :math:`r`, a floating tensor of any shape.
+        alpha, beta: the ends of the ramp in turns, :math:`\alpha < \beta`.
+
+    Returns:
+        :math:`\gamma(r)`, same shape and dtype as ``turns``.
+    """
+    fn = "yarn_paper_ramp"
+    if not isinstance(turns, torch.Tensor) or not turns.is_floating_point():
+        fail(fn, f"turns must be a floating tensor, got {describe(turns)}", TypeError)
+    alpha = _real(fn, "alpha", alpha, positive=False)
+    beta = _real(fn, "beta", beta, positive=False)
+    if not beta > alpha:
+        fail(fn, f"beta must be larger than alpha, got beta={beta} <= alpha={alpha}")
+    return ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
 
 
 def yarn_attention_factor(

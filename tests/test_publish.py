@@ -296,7 +296,7 @@ GRADED_LISTINGS = {
     "06-relative": (6, ["relative_position_index", "t5_relative_position_bucket"]),
     "07-transformer-xl": (7, ["rel_attention_scores", "rel_shift"]),
     "08-da-transformer": (8, ["da_rescale", "da_attention"]),
-    "11-long-context": (11, ["ntk_scaled_base", "yarn_ramp",
+    "11-long-context": (11, ["yarn_correction_range", "yarn_attention_factor",
                              "llama3_scaled_frequencies"]),
 }
 

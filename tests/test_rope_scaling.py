@@ -505,3 +505,37 @@ def test_rotary_dynamic_without_factor_follows_the_length():
         (xr[..., 0] * c - xr[..., 1] * s_, xr[..., 0] * s_ + xr[..., 1] * c), dim=-1
     ).reshape(x.shape)
     assert torch.allclose(out, want, rtol=0, atol=1e-12)
+
+
+def test_llama3_blend_is_the_papers_ramp_with_alpha_1_beta_4():
+    """Llama 3.1's bands equal YaRN's section-3.2 blend h(theta) with gamma(r),
+    r = L / wavelength, alpha = 1, beta = 4 (and no temperature)."""
+    from course_lib import yarn_paper_ramp
+
+    for d, base, L, s in ((128, 500000.0, 8192, 8.0), (64, 10000.0, 2048, 4.0)):
+        theta = _theta(d, base)
+        turns = L * theta / (2 * math.pi)
+        g = yarn_paper_ramp(turns, 1.0, 4.0)
+        assert g.min() >= 0 and g.max() <= 1
+        inv, att = rope_scaled_frequencies(
+            d, base=base, method="llama3", factor=s, original_max_position=L,
+            dtype=F64,
+        )
+        # a blend of two products: a few ulps of the larger term
+        assert _rel(inv, (1 - g) * theta / s + g * theta) <= 8 * EPS and att == 1.0
+
+
+def test_paper_ramp_and_index_ramp_agree_at_the_ends_only():
+    from course_lib import yarn_correction_range, yarn_paper_ramp, yarn_ramp
+
+    d, base, L = 128, 10000.0, 4096
+    theta = _theta(d, base)
+    turns = L * theta / (2 * math.pi)
+    keep_paper = yarn_paper_ramp(turns, 1.0, 32.0)
+    low, high = yarn_correction_range(32.0, 1.0, d, base, L)
+    keep_code = 1 - yarn_ramp(low, high, d // 2)
+    assert torch.equal(keep_paper[turns >= 32] == 1, keep_code[turns >= 32] == 1)
+    assert bool((keep_paper[turns <= 1] == 0).all())
+    assert bool((keep_code[turns <= 1] <= keep_paper[turns <= 1] + 0.1).all())
+    middle = (turns > 1) & (turns < 32)
+    assert (keep_paper[middle] - keep_code[middle]).abs().max() > 0.1
