@@ -581,3 +581,26 @@ def test_half_precision_positions_and_angles() -> None:
     exact = torch.cos(far)
     assert (torch.cos(far.bfloat16().double()) - exact).abs().max() > 0.5
     assert (exact.bfloat16().double() - exact).abs().max() <= 2.0**-9
+
+
+@pytest.mark.parametrize(("n_heads", "head_dim", "d_in"),
+                         [(1, 2, 3), (4, 8, 32), (2, 16, 64), (8, 6, 12)])
+def test_per_head_conversion_is_the_llama_conversion_scripts_permute(
+    gen, n_heads: int, head_dim: int, d_in: int
+) -> None:
+    """Chapter 4 and ex04: the per-head row permutation equals the reshape formula of
+    the `permute` helper in transformers' convert_llama_weights_to_hf.py, written out
+    here: view as (heads, head_dim/2, 2, d_in), swap the middle axes, flatten back.
+    Its inverse (the conversion scripts' reverse_permute) swaps them the other way.
+    (d_in differs from n_heads * head_dim for grouped-query key projections.)"""
+    rows = n_heads * head_dim
+    w = torch.randn(rows, d_in, generator=gen, dtype=torch.float64)
+    by_reshape = (w.view(n_heads, head_dim // 2, 2, d_in).transpose(1, 2)
+                  .reshape(rows, d_in))
+    converted = cl.rope_interleaved_to_half_weights(w, n_heads, head_dim)
+    assert torch.equal(converted, by_reshape)
+    back = (converted.view(n_heads, 2, head_dim // 2, d_in).transpose(1, 2)
+            .reshape(rows, d_in))
+    assert torch.equal(back, w)
+    assert torch.equal(cl.rope_half_to_interleaved_weights(converted, n_heads,
+                                                           head_dim), w)
