@@ -243,7 +243,9 @@ def da_flex_attention(
             "(heads,)",
         )
         if p.shape[0] != n_heads:
-            fail(fn, f"{name} must have shape (heads,) = ({n_heads},), got {describe(p)}")
+            fail(
+                fn, f"{name} must have shape (heads,) = ({n_heads},), got {describe(p)}"
+            )
     offset = k_len - q_len
     w_h = w.to(device=q.device, dtype=q.dtype)  # (H,)
     v_h = v_bias.to(device=q.device, dtype=q.dtype)  # (H,)

@@ -945,7 +945,7 @@ def test_da_local_head_spreads_with_length_alibi_does_not() -> None:
         da.append((2.0 * cl.da_rescale(d, -0.5, 1.0)).softmax(-1)[near].sum().item())
         alibi.append((2.0 - 0.5 * d).softmax(-1)[near].sum().item())
     # independent closed form for DA: 5 near keys and L - 5 far ones
-    for L, share in zip((21, 201, 2001), da):
+    for L, share in zip((21, 201, 2001), da, strict=True):
         d = (torch.arange(L) - L // 2).abs().double()
         r_hat = (1 + math.e) / (1 + torch.exp(1.0 + 0.5 * d))
         e = torch.exp(2.0 * r_hat)
@@ -957,7 +957,8 @@ def test_da_local_head_spreads_with_length_alibi_does_not() -> None:
 
 def test_da_literal_formula_fails_only_for_large_v() -> None:
     """Chapter 8: in float32 the literal ratio is nan (v = 100, wR = 2) or inf
-    (v = 100, wR = 20) where the value is finite; a large -wR alone gives the right 0."""
+    (v = 100, wR = 20) where the value is finite; a large -wR alone gives the right
+    0."""
 
     def literal(v, wr):
         v = torch.tensor(v)

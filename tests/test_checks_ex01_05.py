@@ -212,11 +212,61 @@ def test_public_check_of_ex03_hand_computation_catches_every_zoo_mistake(
 
 
 def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
-    """Power-of-two-only slopes pass the public check (8 and 4 heads) but not the
-    hidden one, which asks for 12 and 6 heads."""
-    g05.check_alibi_slopes(z05.slopes_power_of_two_only)
+    """A function special-cased to the public head counts (8, 4 and 6) passes the
+    public check but not the hidden grader, which asks for 1, 3, 12, ... heads."""
+
+    def special_cased(n_heads):
+        if n_heads in (8, 4, 6):
+            return z05.slopes_vectorised(n_heads)
+        return z05.slopes_power_of_two_only(n_heads)
+
+    g05.check_alibi_slopes(special_cased)
     with pytest.raises(CheckFailed, match=r"alibi_slopes\(3\)"):
-        g05.grade_alibi_slopes(z05.slopes_power_of_two_only)
+        g05.grade_alibi_slopes(special_cased)
+
+
+# Issue 19: which mistakes of exercise 5's zoo the PUBLIC check names (the rest only
+# the hidden grader). Every zoo mistake of ex05 is public: the public cases include a
+# head count that is not a power of two (6) and a distance beyond a short table (19).
+EX05_PUBLIC_CATCHES = {
+    "alibi_slopes": {
+        "slopes_power_of_two_only",
+        "slopes_from_zero",
+        "slopes_reversed",
+        "slopes_sorted",
+        "slopes_rounded_up",
+        "slopes_second_of_each_pair",
+    },
+    "alibi_bias": {
+        "bias_positive",
+        "bias_bloom",
+        "bias_no_abs",
+        "bias_causal",
+        "bias_power_of_two_slopes",
+        "bias_heads_reversed",
+        "bias_unscaled",
+        "bias_heads_last",
+        "bias_clipped_distance",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(EX05_PUBLIC_CATCHES))
+def test_public_check_of_ex05_catches_the_listed_mistakes(name, capsys) -> None:
+    """The public check rejects exactly the listed zoo mistakes, each with its
+    message, and lets the others through (test_graders_common runs each one)."""
+    check, _ = _graders(name)
+    caught = set()
+    for fn, fragment, _public in z05.WRONG[name]:
+        try:
+            check(fn)
+        except CheckFailed as exc:
+            assert fragment in str(exc), (fn.__name__, str(exc))
+            caught.add(fn.__name__)
+    capsys.readouterr()
+    assert caught == EX05_PUBLIC_CATCHES[name]
+    marked = {fn.__name__ for fn, _, public in z05.WRONG[name] if public}
+    assert marked == caught
 
 
 def test_a_student_that_patches_the_library_does_not_change_the_expected_answer() -> (

@@ -78,13 +78,14 @@ def _slope_mistakes(n: int) -> list[tuple[torch.Tensor, str]]:
         ),
         (
             ref.sort(descending=True).values,
-            "the right slopes, but sorted: keep the paper's order, the slopes of the "
-            "closest power of two first, then the extra ones",
+            "the right slopes, but sorted: keep the order of the rule (the authors' "
+            "code), the slopes of the closest power of two first, then the extra ones",
         ),
         (
             _power_of_two_only_slopes(2 * closest)[:n] if n != closest else ref,
             f"these are the first {n} slopes of {2 * closest} heads (rounding the head "
-            "count up to a power of two); the paper rounds down and fills in with "
+            "count up to a power of two); the rule (the authors' code) rounds down and "
+            "fills in with "
             "every other slope of the doubled sequence",
         ),
         (
@@ -109,13 +110,13 @@ def _check_slopes(alibi_slopes: Callable, n: int) -> None:
 
 
 def _public_alibi_slopes(alibi_slopes: Callable) -> None:
-    """Public cases: slopes for 8 and 4 heads (powers of two)."""
-    for n in (8, 4):
+    """Public cases: slopes for 8 and 4 heads (powers of two) and 6 heads (not one)."""
+    for n in (8, 4, 6):
         _check_slopes(alibi_slopes, n)
 
 
 def check_alibi_slopes(alibi_slopes: Callable) -> None:
-    """Public check: slopes for 8 and 4 heads (powers of two)."""
+    """Public check: slopes for 8 and 4 heads (powers of two) and for 6 heads."""
     _public_alibi_slopes(alibi_slopes)
     passed("alibi_slopes", public=True)
 
@@ -219,13 +220,14 @@ def _check_bias(alibi_bias: Callable, n: int, seq_len: int, *,
 
 
 def _public_alibi_bias(alibi_bias: Callable) -> None:
-    """Public cases: 4 heads and 8 heads on short sequences."""
-    for n, seq_len in ((4, 5), (8, 6)):
+    """Public cases: 4 and 8 heads on short sequences, 6 heads (not a power of two),
+    and one head over 20 positions (distances beyond a short table)."""
+    for n, seq_len in ((4, 5), (8, 6), (6, 4), (1, 20)):
         _check_bias(alibi_bias, n, seq_len, properties=True)
 
 
 def check_alibi_bias(alibi_bias: Callable) -> None:
-    """Public check: 4 heads and 8 heads on short sequences."""
+    """Public check: 4, 8 and 6 heads on short sequences, one head over 20 positions."""
     _public_alibi_bias(alibi_bias)
     passed("alibi_bias", public=True)
 

@@ -111,6 +111,21 @@ def _check_rescale_case(fn, distance, w, v) -> None:
     mistakes = _known(expected, _rescale_mistakes(distance, w, v))
     call = f"da_rescale({_fmt_arg(distance)}, {_fmt_arg(w)}, {_fmt_arg(v)})"
     got = call_student(fn, distance.clone(), w.clone(), v.clone(), call=call)
+    if (
+        isinstance(got, torch.Tensor)
+        and got.shape == expected.shape
+        and got.is_floating_point()
+        and not bool(torch.isfinite(got).all())
+        and bool(torch.isfinite(expected).all())
+    ):
+        bad = "nan" if bool(got.isnan().any()) else "inf"
+        raise CheckFailed(
+            f"{call} returned {bad} where R_hat is finite: e^v overflows for large v "
+            "(above about 88 in float32, 709 in float64), and the literal ratio "
+            "(1 + e^v) / (1 + e^(v - w*distance)) becomes inf or inf/inf = nan. "
+            "Take logarithms: R_hat = exp(softplus(v) - softplus(v - w*distance)), "
+            "with softplus(x) = log(1 + e^x) evaluated without overflow."
+        )
     expect_close(
         got,
         expected,
@@ -137,6 +152,13 @@ def check_da_rescale(fn) -> None:
         _grid_distance(6)[None],  # (1, L, L)
         _randn(gen, heads, 1, 1).abs(),
         _randn(gen, heads, 1, 1),
+    )
+    # A large v: the literal formula overflows (in float32 and in float64).
+    _check_rescale_case(fn, _arange(12).float(), _scalar(0.5), _scalar(1000.0))
+    # A negative w (R_hat falls below 1), and a small w over long distances.
+    _check_rescale_case(fn, _arange(10).float(), _scalar(-0.4), _scalar(0.3))
+    _check_rescale_case(
+        fn, _arange(0, 1000, 37).float(), _scalar(0.004), _scalar(0.5)
     )
     passed("da_rescale", public=True)
 
@@ -192,6 +214,9 @@ def grade_da_rescale(fn) -> None:
         (_grid_distance(9)[None], _randn(gen, 5, 1, 1), _randn(gen, 5, 1, 1)),
         (torch.rand(2, 3, 4, generator=gen) * 20, _randn(gen, 3, 1), _randn(gen, 4)),
         (torch.zeros(6), _randn(gen, 6), _randn(gen, 6)),
+        (_grid_distance(8), _scalar(-0.3), _scalar(500.0)),
+        (_arange(0, 20).float(), _scalar(0.25), _scalar(1000.0)),
+        (_arange(0, 40).float(), _scalar(2.0), _scalar(95.0)),
     ]
     for distance, w, v in cases:
         _check_rescale_case(fn, distance, w, v)
@@ -201,24 +226,34 @@ def grade_da_rescale(fn) -> None:
 # --- da_attention
 
 
-def _attention_variants(q, k, v, w, v_bias):
+def _attention_variants(q, k, v, w, v_bias, causal=False):
     """Known wrong weights, each as a ``(weights, explanation)`` pair."""
-    q_len = q.shape[2]
+    q_len, k_len = q.shape[2], k.shape[2]
     dim = q.shape[-1]
-    pos = _arange(q_len)
-    signed = (pos[:, None] - pos[None, :]).double()  # (L, L)
+    query_pos = _arange(q_len) + (k_len - q_len)  # queries are the last positions
+    key_pos = _arange(k_len)
+    signed = (query_pos[:, None] - key_pos[None, :]).double()  # (Lq, Lk)
     distance = signed.abs()
+    future = key_pos[None, :] > query_pos[:, None]  # (Lq, Lk)
+    first = _arange(q_len)  # queries taken as the FIRST positions
+    distance_first = (first[:, None] - key_pos[None, :]).double().abs()
+    future_first = key_pos[None, :] > first[:, None]
     q, k, w, v_bias = q.double(), k.double(), w.double(), v_bias.double()
     wh, vh = w[:, None, None], v_bias[:, None, None]  # (H, 1, 1)
 
     def rescale(d, w_, v_):
         return (1 + _exp(v_)) / (1 + _exp(v_ - w_ * d))
 
-    r_hat = rescale(distance, wh, vh)  # (H, L, L)
-    raw = q @ k.transpose(-2, -1)  # (B, H, L, L)
+    r_hat = rescale(distance, wh, vh)  # (H, Lq, Lk)
+    raw = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
     s = _sqrt(dim)
     after = (raw.relu() / s).softmax(-1) * r_hat
-    return [
+    right = raw.relu() * r_hat / s  # the right logits, before any mask
+
+    def masked(x, where=future):
+        return x.masked_fill(where, -torch.inf) if causal else x
+
+    variants = [
         (
             (raw.relu() / s).softmax(-1),
             "R_hat is not applied: multiply ReLU(q k^T) by R_hat before the softmax.",
@@ -257,30 +292,65 @@ def _attention_variants(q, k, v, w, v_bias):
             (raw.relu() * rescale(signed, wh, vh) / s).softmax(-1),
             "the distance is signed (i - j); DA-Transformer uses R = |i - j|.",
         ),
-        (
-            (raw.relu() * r_hat / s)
-            .masked_fill(distance.new_ones(q_len, q_len).bool().triu(1), -torch.inf)
-            .softmax(-1),
-            "a causal mask was applied; this exercise is the bidirectional "
-            "da_attention, in which every token sees every other token.",
-        ),
     ]
+    variants = [(masked(a.log()).softmax(-1) if causal else a, text)
+                for a, text in variants]
+    if not causal:
+        variants.append((
+            right.masked_fill(future, -torch.inf).softmax(-1),
+            "a causal mask was applied, but causal=False: every query sees every key.",
+        ))
+    else:
+        variants += [
+            (
+                right.softmax(-1),
+                "causal=True, but keys after their query are not masked: fill them "
+                "with -inf before the softmax.",
+            ),
+            (
+                masked(raw, future).relu().mul(r_hat).div(s).softmax(-1),
+                "the mask is applied before the ReLU: ReLU(-inf) = 0, so the masked "
+                "keys still get weight. Mask the rescaled scores, after the ReLU.",
+            ),
+        ]
+    if k_len != q_len:
+        variants += [
+            (
+                masked(raw.relu() * rescale(distance_first, wh, vh) / s,
+                       future_first if causal else future).softmax(-1)
+                if causal else (raw.relu() * rescale(distance_first, wh, vh) / s
+                                ).softmax(-1),
+                "the queries are taken as the FIRST q_len positions; they are the "
+                "LAST q_len of the k_len positions (a key/value cache): query row i "
+                "sits at position i + k_len - q_len.",
+            ),
+        ]
+        if causal:
+            variants.append((
+                right.masked_fill(future_first, -torch.inf).softmax(-1),
+                "the causal mask ignores the cache: query row i sits at position "
+                "i + k_len - q_len and may see every key up to it.",
+            ))
+    return variants
 
 
-def _check_attention_case(fn, q, k, v, w, v_bias) -> None:
+def _check_attention_case(fn, q, k, v, w, v_bias, causal=False) -> None:
     out_ref, weights_ref = _ref_attention(
-        q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone()
+        q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone(), causal=causal
     )
-    variants = _attention_variants(q, k, v, w, v_bias)
+    variants = _attention_variants(q, k, v, w, v_bias, causal)
     weight_mistakes = _known(weights_ref, [(a.float(), t) for a, t in variants])
     out_mistakes = _known(out_ref, [((a @ v.double()).float(), t) for a, t in variants])
     call = (
-        f"da_attention(q, k, v, w, v_bias) with q {tuple(q.shape)}, "
-        f"v {tuple(v.shape)}, w = {[round(t, 3) for t in w.tolist()]}"
+        f"da_attention(q, k, v, w, v_bias{', causal=True' if causal else ''}) with "
+        f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
+        f"w = {[round(t, 3) for t in w.tolist()]}"
     )
-    got = call_student(
-        fn, q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone(), call=call
-    )
+    args = (q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone())
+    if causal:
+        got = call_student(fn, *args, causal=True, call=call)
+    else:
+        got = call_student(fn, *args, call=call)
     if not isinstance(got, tuple | list) or len(got) != 2:
         raise CheckFailed(
             f"{call} should return a pair (out, weights), got {type(got).__name__}"
@@ -307,27 +377,35 @@ def _check_attention_case(fn, q, k, v, w, v_bias) -> None:
     )
 
 
-def _random_case(gen, batch, heads, length, dim, v_dim=None, *, w_sign=1.0):
+def _random_case(
+    gen, batch, heads, length, dim, v_dim=None, *, w_sign=1.0, k_len=None
+):
+    k_len = k_len or length
     return (
         _randn(gen, batch, heads, length, dim),
-        _randn(gen, batch, heads, length, dim),
-        _randn(gen, batch, heads, length, v_dim or dim),
+        _randn(gen, batch, heads, k_len, dim),
+        _randn(gen, batch, heads, k_len, v_dim or dim),
         w_sign * (torch.rand(heads, generator=gen) * 0.5 + 0.05),
         _randn(gen, heads),
     )
 
 
 def check_da_attention(fn) -> None:
-    """Public check of ``da_attention(q, k, v, w, v_bias)``."""
+    """Public check of ``da_attention(q, k, v, w, v_bias, causal=False)``: equal
+    lengths, a key/value cache (queries last) and the causal mask."""
     gen = torch.Generator().manual_seed(82)
     _check_attention_case(fn, *_random_case(gen, 2, 2, 5, 8))
     _check_attention_case(fn, *_random_case(gen, 1, 3, 7, 4))
+    # a key/value cache: 3 queries, the last of 7 positions
+    _check_attention_case(fn, *_random_case(gen, 1, 2, 3, 4, v_dim=6, k_len=7))
+    _check_attention_case(fn, *_random_case(gen, 2, 2, 5, 8), causal=True)
+    _check_attention_case(fn, *_random_case(gen, 1, 2, 2, 4, k_len=6), causal=True)
     passed("da_attention", public=True)
 
 
 def grade_da_attention(fn) -> None:
     """Hidden grader: negative w, a single token, long sequences, value width other
-    than head_dim, mixed-sign w."""
+    than head_dim, mixed-sign w, causal with caches of other sizes."""
     gen = torch.Generator().manual_seed(83)
     cases = [
         _random_case(gen, 2, 2, 5, 8),
@@ -340,4 +418,13 @@ def grade_da_attention(fn) -> None:
     cases.append((q, k, v, torch.tensor([0.5, -0.5, 0.0, 1.5]), v_bias))
     for case in cases:
         _check_attention_case(fn, *case)
-    passed("da_attention", public=False, detail=f"{len(cases)} cases")
+    causal_cases = [
+        _random_case(gen, 2, 3, 6, 8, w_sign=-1.0),
+        _random_case(gen, 2, 2, 4, 8, v_dim=5, k_len=10),
+        _random_case(gen, 1, 2, 1, 4, k_len=9),  # one decoding step
+    ]
+    for case in causal_cases:
+        _check_attention_case(fn, *case, causal=True)
+    _check_attention_case(fn, *_random_case(gen, 2, 2, 4, 8, k_len=11))
+    n_cases = len(cases) + len(causal_cases) + 1
+    passed("da_attention", public=False, detail=f"{n_cases} cases")
