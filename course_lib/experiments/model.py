@@ -29,9 +29,13 @@ Choices that matter past the training length ``L`` (the model's ``train_length``
 
 * ``learned``: the table has ``L`` rows. Positions ``>= L`` are **clamped** to the last
   row ``L - 1`` (the model still runs; every later token gets the same position).
-* ``t5``: ``L`` causal buckets reaching to ``max_distance = L`` (half exact, half
-  logarithmic), so every bucket is trained; longer distances share the last bucket,
-  as in T5.
+* ``t5``: ``num_buckets = max_distance = L`` causal buckets. By T5's rule the first
+  ``L // 2`` buckets are exact (one distance each) and the other half spread the
+  distances ``L // 2 .. L - 1`` logarithmically, so only distances below ``L / 2`` are
+  told apart exactly: at ``L = 32`` bucket 20 is never used and distances 27 and 28
+  share bucket 28. Every distance from ``L - 1`` on falls in the last bucket, which is
+  trained (distance ``L - 1`` occurs in training); longer distances share it, as in
+  T5.
 * ``shaw``: relative vectors clipped at ``K = L // 2``; longer distances share the
   clipped vector (trained), as in Shaw et al.
 * ``xl``: no ``clamp_len``: distances beyond ``L - 1`` get sinusoids never seen in
