@@ -214,6 +214,22 @@ for zoo in (ex01_permutation, ex02_sinusoidal, ex03_rotation, ex04_rope, ex05_al
                 report["wrong"] += 1
             else:
                 report["messages"].append([name, fn.__name__, "accepted"])
+# exercise 3's hand computation grades three numbers: its zoo is a table of values
+for values, fragment, public in ex03_rotation.HAND_WRONG:
+    if not public:
+        continue
+    try:
+        with quiet():
+            C.ex03_rotation.check_hand_computation(*values)
+    except CheckFailed as exc:
+        if fragment not in str(exc):
+            report["messages"].append(["hand_computation", fragment, str(exc)[:300]])
+        report["wrong"] += 1
+    else:
+        report["messages"].append(["hand_computation", fragment, "accepted"])
+for values in ex03_rotation.HAND_CORRECT:
+    with quiet():
+        C.ex03_rotation.check_hand_computation(*values)
 for mod in [m for n, m in vars(C).items() if n.startswith("ex")]:
     ns = _stored._solution_namespace(root, mod.__name__.rsplit(".", 1)[1])
     for name in [n for n in mod.__all__ if n.startswith("check_")]:

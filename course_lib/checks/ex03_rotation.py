@@ -234,9 +234,11 @@ def _as_number(name: str, value: object) -> float:
 def _check_dot(name: str, value: float, expected: float, *, public: bool) -> None:
     p, q = _PAIRS[name]
     what = f"{name} (PE({p}) . PE({q}) for d_model = 4)"
+    # computed whatever the answer, so that the student edition stores them
+    mistakes = _dot_mistakes(p, q)
     if abs(value - expected) <= _DOT_ATOL:
         return
-    for wrong, explanation in _dot_mistakes(p, q):
+    for wrong, explanation in mistakes:
         if abs(wrong - expected) > _DOT_ATOL and abs(value - wrong) <= 1e-6:
             raise CheckFailed(f"{what} = {value:.6f} is wrong in a known way: "
                               f"{explanation}")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 from course_lib.conventions import (
-    rope_interleaved_to_half_weights as _ref_interleaved_to_half_weights,
+    rope_interleaved_to_half_weights as _lib_interleaved_to_half_weights,
 )
 from course_lib.rope import apply_rope as _ref_apply_rope
 from course_lib.rope import (
@@ -303,6 +303,11 @@ def _head_rows(n_heads: int, head_dim: int, within: torch.Tensor) -> torch.Tenso
     return (torch.arange(n_heads)[:, None] * head_dim + within[None, :]).flatten()
 
 
+def _ref_interleaved_to_half_weights(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """The expected conversion, with the exercise's signature (head_dim: rows)."""
+    return _lib_interleaved_to_half_weights(w, n_heads, w.shape[0] // n_heads)
+
+
 def _weight_mistakes(w: torch.Tensor, n_heads: int) -> list[tuple[torch.Tensor, str]]:
     """Known wrong conversions of a projection ``w`` (rows: n_heads * head_dim)."""
     rows = w.shape[0]
@@ -354,7 +359,7 @@ def _weight_input(seed: int, shape: tuple[int, ...],
 
 def _check_weights(fn: Callable, w: torch.Tensor, n_heads: int) -> torch.Tensor:
     head_dim = w.shape[0] // n_heads
-    expected = _ref_interleaved_to_half_weights(w, n_heads, head_dim)
+    expected = _ref_interleaved_to_half_weights(w, n_heads)
     mistakes = _known(expected, _weight_mistakes(w, n_heads))
     kind = "bias" if w.dim() == 1 else "weight"
     call = (f"interleaved_to_half_weights(w, {n_heads}) with a {kind} w of shape "
