@@ -1,6 +1,7 @@
 """The graders of exercise 11 (longer contexts for RoPE) are themselves tested.
 
-For every graded function (ntk_scaled_base, yarn_ramp, llama3_scaled_frequencies):
+For every graded function (yarn_correction_range, yarn_attention_factor,
+llama3_scaled_frequencies):
 correct implementations in several styles pass the public check and the hidden grader;
 every wrong implementation of the bug zoo (tests/zoo/ex11_long_context.py) is rejected
 (tests/test_graders_common.py runs the zoo's WRONG table for every exercise); the
@@ -33,15 +34,16 @@ from course_lib.checks import CheckFailed
 from course_lib.checks import ex11_long_context as g11
 from course_lib.rope_scaling import (
     llama3_scaled_frequencies,
-    ntk_scaled_base,
     rope_scaled_frequencies,
-    yarn_ramp,
+    yarn_attention_factor,
+    yarn_correction_dim,
+    yarn_correction_range,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "ex11_long_context"
 PAIRS = [(g11, z11)]
-GRADED = ["ntk_scaled_base", "yarn_ramp", "llama3_scaled_frequencies"]
+GRADED = ["yarn_correction_range", "yarn_attention_factor", "llama3_scaled_frequencies"]
 F64 = torch.float64
 EPS64 = torch.finfo(F64).eps
 
@@ -76,39 +78,64 @@ def test_correct_variant_passes(name, fn, capsys) -> None:
 # --- the references satisfy the chapter's equations (derived here, not copied)
 
 
-@pytest.mark.parametrize(
-    "base,factor,head_dim", g11._NTK_PUBLIC + g11._NTK_HIDDEN
-)
-def test_ntk_base_slows_the_slowest_pair_by_exactly_the_factor(
-    base, factor, head_dim
-) -> None:
-    new = ntk_scaled_base(base, factor, head_dim)
-    i = torch.arange(head_dim // 2, dtype=F64)
-    theta = base ** (-2 * i / head_dim)
-    scaled = new ** (-2 * i / head_dim)
-    assert scaled[0] == theta[0] == 1.0  # pair 0 is unchanged whatever the base
-    # theta / scaled = s^(2i/(d-2)): a few float64 roundings of pow and divide, with
-    # exponents up to ~1.1 and logarithms up to ~15: 1e-12 relative is far above them
-    ratio = theta[-1] / scaled[-1]
-    assert math.isclose(float(ratio), factor, rel_tol=1e-12)
-    assert torch.allclose(theta / scaled, factor ** (2 * i / (head_dim - 2)),
-                          rtol=1e-12, atol=0)
+def _turns(i: float, head_dim: int, base: float, L: int) -> float:
+    """How often pair i turns in L tokens: L theta_i / (2 pi), theta_i = b^(-2i/d)."""
+    return L * base ** (-2 * i / head_dim) / (2 * math.pi)
 
 
-@pytest.mark.parametrize("low,high,n_pairs", g11._RAMP_PUBLIC + g11._RAMP_HIDDEN)
-def test_ramp_is_zero_below_low_one_above_high_and_linear_between(
-    low, high, n_pairs
+RANGE_CASES = g11._RANGE_PUBLIC + g11._RANGE_HIDDEN
+
+
+@pytest.mark.parametrize("fast,slow,d,base,L,truncate", RANGE_CASES)
+def test_range_ends_are_the_pairs_that_turn_beta_fast_and_beta_slow_times(
+    fast, slow, d, base, L, truncate
 ) -> None:
-    gamma = yarn_ramp(low, high, n_pairs)
-    assert gamma.shape == (n_pairs,) and gamma.dtype == F64
-    width = high - low if high != low else 0.001  # the reference code's widening
-    for i, g in enumerate(gamma.tolist()):
-        if i <= low:
-            assert g == 0.0, (i, g)
-        elif i >= low + width:
-            assert g == 1.0, (i, g)
-        else:  # one subtraction and one division: a few ulps of a value below 1
-            assert math.isclose(g, (i - low) / width, rel_tol=4 * EPS64), (i, g)
+    """Derived from the turn counts, not from the formula: low is the last pair that
+    turns at least beta_fast times (0 if none does), high the first that turns at
+    most beta_slow times, at most d - 1 (the reference code's clip)."""
+    low, high = yarn_correction_range(fast, slow, d, base, L, truncate=truncate)
+    if not truncate:
+        for end, r in ((low, fast), (high, slow)):
+            if 0 < end < d - 1:  # not clipped: the pair (fractional) turns r times
+                assert math.isclose(_turns(end, d, base, L), r, rel_tol=1e-12)
+        return
+    assert isinstance(low, int) and isinstance(high, int)
+    if low > 0:
+        assert _turns(low, d, base, L) >= fast > _turns(low + 1, d, base, L)
+    else:
+        assert _turns(1, d, base, L) < fast  # the fractional end was below 1
+    if high < d - 1:
+        assert _turns(high, d, base, L) <= slow < _turns(high - 1, d, base, L)
+    else:  # clipped (pair d - 1 still turns more than beta_slow times) or exact
+        assert _turns(d - 1, d, base, L) > slow or (
+            _turns(d - 1, d, base, L) <= slow < _turns(d - 2, d, base, L))
+
+
+@pytest.mark.parametrize("fast,slow,d,base,L,truncate", RANGE_CASES)
+def test_every_range_case_is_safe_for_float32(fast, slow, d, base, L, truncate):
+    """Each fractional end lies at least 0.01 from an integer (a float32 computation,
+    ~1e-5 off, rounds it the same way), as the graders' tolerance assumes."""
+    for r in (fast, slow):
+        x = yarn_correction_dim(r, d, base, L)
+        assert abs(x - round(x)) >= 0.01, (r, x)
+
+
+@pytest.mark.parametrize("factor", (0.25, 0.5, 1.0, 1.5, 4.0, 32.0, 128.0))
+def test_attention_factor_is_the_papers_root_of_the_temperature(factor) -> None:
+    """YaRN section 3.4: sqrt(1/t) = 0.1 ln(s) + 1, so (a - 1) / ln(s) = 0.1 for
+    s > 1, and nothing changes for s <= 1."""
+    a = yarn_attention_factor(factor)
+    if factor <= 1:
+        assert a == 1.0
+    else:
+        assert math.isclose((a - 1) / math.log(factor), 0.1, rel_tol=1e-12)
+    # the scales are used only together (Hugging Face's rule), as a ratio
+    assert yarn_attention_factor(factor, 0.5, None) == a
+    both = yarn_attention_factor(factor, 1.2, 0.7)
+    ratio = (yarn_attention_factor(factor, 1.2, 1.0)
+             / yarn_attention_factor(factor, 0.7, 1.0))  # get(1.2) / get(0.7)
+    assert math.isclose(both, ratio, rel_tol=1e-12)
+    assert yarn_attention_factor(factor, 0.9, 0.9) == 1.0
 
 
 def _band_loop(theta: list[float], s: float, L: int, alpha: float, beta: float):
@@ -181,27 +208,23 @@ def test_llama3_bad_input_gets_a_clear_error(args, exc, fragment) -> None:
 # --- the tolerances separate the right answer from every known mistake
 
 
-@pytest.mark.parametrize(
-    "base,factor,head_dim", g11._NTK_PUBLIC + g11._NTK_HIDDEN
-)
-def test_ntk_mistakes_are_either_right_or_far_outside_the_tolerance(
-    base, factor, head_dim
-) -> None:
-    expected = ntk_scaled_base(base, factor, head_dim)
-    for value, text in g11._ntk_mistakes(base, factor, head_dim):
-        gap = abs(value - expected) / expected
-        # factor 1 makes most mistakes right (s^x = 1): those are never reported
-        assert gap <= 1e-12 or gap >= 100 * g11._BASE_RTOL, (text, gap)
+@pytest.mark.parametrize("case", RANGE_CASES)
+def test_range_mistakes_are_either_right_or_far_outside_the_tolerance(case) -> None:
+    expected = yarn_correction_range(*case[:5], truncate=case[5])
+    for answer, text in g11._range_mistakes(*case):
+        gap = max(abs(a - e) for a, e in zip(answer, expected, strict=True))
+        assert gap == 0.0 or gap >= 100 * g11._RANGE_ATOL, (text, gap)
 
 
-@pytest.mark.parametrize("low,high,n_pairs", g11._RAMP_PUBLIC + g11._RAMP_HIDDEN)
-def test_ramp_mistakes_are_either_right_or_far_outside_the_tolerance(
-    low, high, n_pairs
-) -> None:
-    expected = yarn_ramp(low, high, n_pairs)
-    for answer, text in g11._ramp_mistakes(low, high, n_pairs):
-        gap = (answer - expected).abs().nan_to_num(nan=math.inf).max().item()
-        assert gap == 0.0 or gap >= 100 * g11._RAMP_ATOL, (text, gap)
+ATTENTION_CASES = g11._ATTENTION_PUBLIC + g11._ATTENTION_HIDDEN
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES)
+def test_attention_mistakes_are_either_right_or_far_outside_the_tolerance(case):
+    expected = yarn_attention_factor(*case)
+    for value, text in g11._attention_mistakes(*case):
+        gap = abs(value - expected)
+        assert gap <= 1e-15 or gap >= 1000 * g11._ATTENTION_ATOL, (text, gap)
 
 
 @pytest.mark.parametrize(
@@ -223,23 +246,22 @@ def test_band_mistakes_are_either_right_or_far_outside_the_tolerance(case) -> No
         inv_freq, factor, original, alpha, beta)))
 
 
-def test_every_ntk_and_ramp_mistake_is_met_by_some_case() -> None:
+def test_every_range_and_attention_mistake_is_met_by_some_case() -> None:
     """No known mistake is dead code: each differs from the answer in some case."""
-    for cases, mistakes, ref in (
-        (g11._NTK_PUBLIC + g11._NTK_HIDDEN, g11._ntk_mistakes, ntk_scaled_base),
-        (g11._RAMP_PUBLIC + g11._RAMP_HIDDEN, g11._ramp_mistakes, yarn_ramp),
-    ):
-        met = set()
-        for case in cases:
-            expected = ref(*case)
-            for answer, text in mistakes(*case):
-                if isinstance(answer, torch.Tensor):
-                    if not torch.allclose(answer, expected, equal_nan=False):
-                        met.add(text)
-                elif abs(answer - expected) > 1e-12 * expected:
-                    met.add(text)
-        every = {t for case in cases for _, t in mistakes(*case)}
-        assert met == every
+    met, every = set(), set()
+    for case in RANGE_CASES:
+        expected = list(yarn_correction_range(*case[:5], truncate=case[5]))
+        for answer, text in g11._range_mistakes(*case):
+            every.add(text.split(" (rounding")[0])
+            if list(answer) != expected:
+                met.add(text.split(" (rounding")[0])
+    for case in ATTENTION_CASES:
+        expected = yarn_attention_factor(*case)
+        for value, text in g11._attention_mistakes(*case):
+            every.add(text)
+            if abs(value - expected) > 1e-12:
+                met.add(text)
+    assert met == every
 
 
 # --- the notebooks
@@ -366,32 +388,44 @@ def test_release_is_a_stub_that_fails_every_public_cell() -> None:
 
 def test_a_known_mistake_in_the_release_fails_its_public_cell_with_its_name() -> None:
     """The student's view: the released notebook with one function filled in wrongly
-    (the exponent d/(d-1)) fails that public cell with the mistake named."""
+    (high clipped to the last pair) fails that public cell with the mistake named."""
     nb = nbformat.read(_release_path(), 4)
     for cell in nb.cells:
-        if _meta(cell).get("grade_id") == "ntk_scaled_base__answer":
+        if _meta(cell).get("grade_id") == "yarn_correction_range__answer":
             cell.source = (
-                "def ntk_scaled_base(base, factor, head_dim):\n"
-                "    return base * factor ** (head_dim / (head_dim - 1))\n"
+                "def yarn_correction_range(beta_fast, beta_slow, head_dim, base,\n"
+                "                          original_max_position, truncate=True):\n"
+                "    def dim(r):\n"
+                "        return head_dim * math.log(original_max_position / (\n"
+                "            2 * math.pi * r)) / (2 * math.log(base))\n"
+                "    low, high = dim(beta_fast), dim(beta_slow)\n"
+                "    if truncate:\n"
+                "        low, high = math.floor(low), math.ceil(high)\n"
+                "    return max(low, 0), min(high, head_dim // 2 - 1)\n"
             )
     results = _run(nb)
-    assert "the exponent is d/(d-1)" in results["ntk_scaled_base__public"]
-    assert "still the stub" in results["yarn_ramp__public"]
+    assert "clipped to the last pair" in results["yarn_correction_range__public"]
+    assert "still the stub" in results["yarn_attention_factor__public"]
 
 
 def test_a_wrong_answer_never_passes_silently(capsys) -> None:
-    """A ramp with one entry off by 1e-3 (above the 1e-6 tolerance) fails with the
-    index and both values, though it is no known mistake."""
-    def almost(low, high, n_pairs):
-        out = z11.ramp_clamp(low, high, n_pairs).clone()
-        out[5] += 1e-3
-        return out
+    """An attention factor off by 1e-4 (above the 1e-6 tolerance) fails with both
+    values, though it is no known mistake."""
+    def almost(factor, mscale=None, mscale_all_dim=None):
+        return z11.attention_formula(factor, mscale, mscale_all_dim) + 1e-4
 
-    # the first public case is yarn_ramp(3, 10, 16): gamma_5 = (5 - 3)/(10 - 3) = 2/7
-    with pytest.raises(CheckFailed,
-                       match=r"index \(5,\): expected 0\.285714, got 0\.286714"):
-        g11.check_yarn_ramp(almost)
+    # the first public case is s = 4: 0.1 ln 4 + 1 = 1.138629...
+    with pytest.raises(CheckFailed, match=r"expected 1\.13863, got 1\.13873"):
+        g11.check_yarn_attention_factor(almost)
     assert capsys.readouterr().err == ""
+
+
+def test_a_range_that_is_no_pair_fails_with_a_clear_message() -> None:
+    for bad, fragment in (((20,), "should return the pair (low, high)"),
+                          ((20, "46"), "high should be a number"),
+                          (20.5, "should return the pair")):
+        with pytest.raises(CheckFailed, match=re.escape(fragment)):
+            g11.check_yarn_correction_range(lambda *a, _b=bad, **k: _b)
 
 
 # --- through nbgrader (slow): a known mistake loses exactly its function's points
@@ -436,24 +470,33 @@ def test_autograde_solution_full_marks_and_a_zoo_mistake_loses_its_points(
     src = course.source_dir / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     rel = course.release_dir / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     answers = solution_answers(src)
-    # the ramp without the widening at low == high: only the hidden cases find it
+    # Llama 3.1's alpha = 1 and beta = 4 hard-coded: a public and the hidden cases
+    # find it, so the function loses all its points and nothing else
     wrong = dict(answers)
-    wrong["yarn_ramp__answer"] = (
-        "def yarn_ramp(low, high, n_pairs):\n"
-        "    i = torch.arange(n_pairs, dtype=torch.float64)\n"
-        "    return ((i - low) / (high - low)).clamp(0.0, 1.0)\n"
+    wrong["llama3_scaled_frequencies__answer"] = (
+        "def llama3_scaled_frequencies(inv_freq, factor, original_max_position,\n"
+        "                              low_freq_factor=1.0, high_freq_factor=4.0):\n"
+        "    theta = inv_freq.double()\n"
+        "    wl = 2 * math.pi / theta\n"
+        "    L, s = original_max_position, factor\n"
+        "    mu = (L / wl - 1.0) / (4.0 - 1.0)\n"
+        "    out = torch.where(wl < L / 4.0, theta, torch.where(\n"
+        "        wl > L / 1.0, theta / s, (1 - mu) * theta / s + mu * theta))\n"
+        "    return out.to(inv_freq.dtype)\n"
     )
     inbox = tmp_path / "inbox"
     write_submission(inbox, "perfect", ASSIGNMENT, student_notebook(rel, answers))
-    write_submission(inbox, "unwidened", ASSIGNMENT, student_notebook(rel, wrong))
+    write_submission(inbox, "fixed_bands", ASSIGNMENT, student_notebook(rel, wrong))
     assert not collect(course, inbox, ASSIGNMENT).not_placed
     run = subprocess.run([sys.executable, "-c", _GRADE_SCRIPT, str(course.root)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert sorted(result["outcomes"]) == [
-        ["perfect", "graded", ""], ["unwidened", "graded", ""]]
+        ["fixed_bands", "graded", ""], ["perfect", "graded", ""]]
     full = {f"{n}__{k}": float(p) for n in GRADED
             for k, p in (("public", 1), ("hidden", 2))}
     assert result["scores"]["perfect"] == full
-    assert result["scores"]["unwidened"] == full | {"yarn_ramp__hidden": 0.0}
+    assert result["scores"]["fixed_bands"] == full | {
+        "llama3_scaled_frequencies__public": 0.0,
+        "llama3_scaled_frequencies__hidden": 0.0}

@@ -1,10 +1,11 @@
-"""Graders of exercise 11 (longer contexts for RoPE): the NTK-aware base, YaRN's ramp
-and Llama 3.1's frequency bands.
+"""Graders of exercise 11 (longer contexts for RoPE): YaRN's correction range, YaRN's
+attention factor and Llama 3.1's frequency bands.
 
 Expected answers come from :mod:`course_lib.rope_scaling`, captured at import; the
-known wrong answers (the exponent d/(d-1) or (d-2)/d, a ramp that runs the wrong way
-or is not clipped, bands drawn on the frequency instead of the wavelength, no blend in
-the medium band, ...) are computed here so that a message can name the mistake.
+known wrong answers (the ends of the range rounded the wrong way or not clipped, the
+turns counted in radians, the temperature's square or log10, the DeepSeek ratio
+upside down, bands drawn on the frequency instead of the wavelength, no blend in the
+medium band, ...) are computed here so that a message can name the mistake.
 """
 
 from __future__ import annotations
@@ -17,30 +18,40 @@ import torch
 from course_lib.rope_scaling import (
     llama3_scaled_frequencies as _ref_llama3_scaled_frequencies,
 )
-from course_lib.rope_scaling import ntk_scaled_base as _ref_ntk_scaled_base
-from course_lib.rope_scaling import yarn_ramp as _ref_yarn_ramp
+from course_lib.rope_scaling import yarn_attention_factor as _ref_yarn_attention_factor
+from course_lib.rope_scaling import yarn_correction_range as _ref_yarn_correction_range
 
-from ._core import Mistake, call_student, expect_close, expect_scalar, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    expect_scalar,
+    passed,
+)
 
 __all__ = [
     "check_llama3_scaled_frequencies",
-    "check_ntk_scaled_base",
-    "check_yarn_ramp",
+    "check_yarn_attention_factor",
+    "check_yarn_correction_range",
     "grade_llama3_scaled_frequencies",
-    "grade_ntk_scaled_base",
-    "grade_yarn_ramp",
+    "grade_yarn_attention_factor",
+    "grade_yarn_correction_range",
 ]
 
 _allclose = torch.allclose
 _where = torch.where
 
-# The new base is one power times the base: float64 gives it to ~1e-15, a float32
-# computation (a tensor to the power d/(d-2)) to a few float32 ulps, ~5e-7 relative.
-# The known mistakes differ from it by 0.4% or more in every case below (the closest:
-# the exponent 96/95 against 96/94 for s = 1.5), so 1e-5 relative separates both.
-_BASE_RTOL = 1e-5
-# Ramp values lie in [0, 1] and are one division: float32 rounding is ~1e-7.
-_RAMP_ATOL = 1e-6
+# The ends of the range are whole pair indices (truncate=True) or fractional ones
+# (truncate=False) of size up to ~60, from one logarithm ratio: float64 gives them to
+# ~1e-14, float32 to ~1e-5. Every case below keeps each fractional index at least 0.01
+# away from an integer, so a float32 computation rounds it the same way, and every
+# known mistake moves an end by 0.05 or more: 1e-4 separates both.
+_RANGE_ATOL = 1e-4
+# The attention factor lies in [0.5, 2] and is one logarithm: float32 gives it to
+# ~1e-7. Every known mistake that differs from it at all differs by 0.01 or more in
+# the cases below (tests/test_checks_ex11.py computes the margins).
+_ATTENTION_ATOL = 1e-6
 # Frequencies span 1 down to ~1e-7 (base 500000, d = 128, divided by 32): compare
 # relatively. A float32 computation carries a few float32 ulps (~5e-7 relative);
 # in every case below each known mistake is either right (factor 1) or off by 14% or
@@ -65,157 +76,278 @@ def _known(expected: torch.Tensor, candidates, atol: float, rtol: float):
     ]
 
 
-# ---- ntk_scaled_base -------------------------------------------------------------
+# ---- yarn_correction_range ---------------------------------------------------------
 
 
-def _ntk_mistakes(base: float, factor: float, head_dim: int) -> list[tuple[float, str]]:
+def _index(turns: float, head_dim: int, base: float, original: int, *,
+           two_pi: bool = True, half: bool = False, pairs: bool = False) -> float:
+    """The fractional pair index that turns ``turns`` times in L, right or with one
+    of the known slips (no 2 pi, no factor 2, the number of pairs for d)."""
+    d = head_dim // 2 if pairs else head_dim
+    inside = original / (turns * (2 * math.pi if two_pi else 1.0))
+    return d * math.log(inside) / ((1.0 if half else 2.0) * math.log(base))
+
+
+def _range_mistakes(beta_fast: float, beta_slow: float, head_dim: int, base: float,
+                    original: int, truncate: bool) -> list[tuple[list, str]]:
     d = head_dim
-    out = [
-        (base * factor ** (d / (d - 1)),
-         "the exponent is d/(d-1); the slowest pair is i = d/2 - 1, whose frequency "
-         "exponent is 2i/d = (d-2)/d, so slowing it by s needs b' = b s^(d/(d-2))"),
-        (base * factor ** ((d - 2) / d),
-         "the exponent is upside down: (d-2)/d instead of d/(d-2); solve "
-         "b'^(-(d-2)/d) = b^(-(d-2)/d) / s for b'"),
-        (base * factor,
-         "the base is multiplied by s itself; that slows the slowest pair by only "
-         "s^((d-2)/d): the base must grow by s^(d/(d-2))"),
-        (base / factor ** (d / (d - 2)),
-         "the base is divided by s^(d/(d-2)): a smaller base speeds the pairs up; "
-         "NTK-aware scaling slows them down, b' = b s^(d/(d-2))"),
-        (factor ** (d / (d - 2)),
-         "this is s^(d/(d-2)) alone: the new base is the old base times it, "
-         "b' = b s^(d/(d-2))"),
-    ]
-    if d // 2 > 2:
-        n = d // 2
+    lo = _index(beta_fast, d, base, original)
+    hi = _index(beta_slow, d, base, original)
+
+    def clip(a: float, b: float) -> list:
+        return [max(a, 0), min(b, d - 1)]
+
+    def rounded(a: float, b: float) -> list:
+        return clip(math.floor(a), math.ceil(b)) if truncate else clip(a, b)
+
+    out = []
+    if truncate:
+        nearest = (round(lo), round(hi))
+        ends = {
+            (math.ceil(lo), math.ceil(hi)):
+                "low is rounded up; round it down (floor): pair low is the last "
+                "pair that still turns at least beta_fast times",
+            (math.floor(lo), math.floor(hi)):
+                "high is rounded down; round it up (ceil): pair high is the first "
+                "pair that turns at most beta_slow times",
+            (math.ceil(lo), math.floor(hi)):
+                "both ends are rounded inward; round them outward, low down "
+                "(floor) and high up (ceil), so that the ramp covers every pair "
+                "between the two turn counts",
+        }
+        for (a, b), text in ends.items():
+            if (a, b) == nearest:
+                text += " (rounding to the nearest pair, round(), gives this here)"
+            out.append((clip(a, b), text))
+    else:
         out.append(
-            (base * factor ** (n / (n - 2)),
-             "the exponent uses the number of pairs d/2 for d; with head_dim d the "
-             "exponent is d/(d-2)")
-        )
+            (clip(math.floor(lo), math.ceil(hi)),
+             "the ends are rounded although truncate=False: without truncation they "
+             "stay fractional (only clipped)"))
+    out += [
+        ([math.floor(lo) if truncate else lo, min(math.ceil(hi) if truncate else hi,
+                                                  d - 1)],
+         "low is not clipped at 0: when even pair 0 turns fewer than beta_fast "
+         "times in L, the fractional index is negative, and the range starts at 0"),
+        ([max(math.floor(lo) if truncate else lo, 0),
+          min(math.ceil(hi) if truncate else hi, d // 2 - 1)],
+         "high is clipped to the last pair, d/2 - 1; the reference code (and so "
+         "every YaRN model) clips it to d - 1 = head_dim - 1, so the ramp may end "
+         "beyond the last pair"),
+        ([max(math.floor(lo) if truncate else lo, 0),
+          math.ceil(hi) if truncate else hi],
+         "high is not clipped: the reference code keeps it at most d - 1 = "
+         "head_dim - 1"),
+        (rounded(_index(beta_fast, d, base, original, two_pi=False),
+                 _index(beta_slow, d, base, original, two_pi=False)),
+         "the turns are counted in radians: pair i turns L theta_i / (2 pi) times "
+         "in L tokens (its wavelength is 2 pi / theta_i), so i(r) has "
+         "ln(L / (2 pi r))"),
+        (rounded(_index(beta_fast, d, base, original, half=True),
+                 _index(beta_slow, d, base, original, half=True)),
+         "the index is twice too large: theta_i = b^(-2i/d) gives "
+         "i(r) = d ln(L / (2 pi r)) / (2 ln b)"),
+        (rounded(_index(beta_fast, d, base, original, pairs=True),
+                 _index(beta_slow, d, base, original, pairs=True)),
+         "the index uses the number of pairs d/2 for d; with head_dim d, "
+         "i(r) = d ln(L / (2 pi r)) / (2 ln b)"),
+        (rounded(_index(beta_slow, d, base, original),
+                 _index(beta_fast, d, base, original)),
+         "beta_fast and beta_slow are swapped: low comes from beta_fast (the many "
+         "turns of the fast pairs, small indices), high from beta_slow"),
+    ]
     return out
 
 
-def _check_ntk(ntk_scaled_base: Callable, base: float, factor: float,
-               head_dim: int) -> None:
-    expected = _ref_ntk_scaled_base(base, factor, head_dim)
-    mistakes = _ntk_mistakes(base, factor, head_dim)
-    call = f"ntk_scaled_base({base!r}, {factor!r}, {head_dim})"
-    got = call_student(ntk_scaled_base, base, factor, head_dim, call=call)
-    expect_scalar(got, expected, what=call, atol=_BASE_RTOL * abs(expected),
-                  mistakes=mistakes)
+def _as_pair(got, call: str) -> torch.Tensor:
+    """The student's (low, high) as a float64 tensor (2,)."""
+    if isinstance(got, torch.Tensor) and got.numel() == 2:
+        got = got.reshape(2).tolist()
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        raise CheckFailed(
+            f"{call} should return the pair (low, high), got {type(got).__name__}"
+            + (f" of length {len(got)}" if isinstance(got, tuple | list) else "")
+        )
+    values = []
+    for name, v in zip(("low", "high"), got, strict=True):
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise CheckFailed(
+                f"{call}: {name} should be a number, got {type(v).__name__}")
+        values.append(float(v))
+    return torch.tensor(values, dtype=torch.float64)  # (2,)
 
 
-_NTK_PUBLIC = ((10000.0, 4.0, 8), (10000.0, 8.0, 64))
-_NTK_HIDDEN = (
-    (10000.0, 2.0, 4),
-    (10000.0, 1.0, 128),
-    (500000.0, 8.0, 128),
-    (10000.0, 1.5, 96),
-    (1000000.0, 32.0, 256),
-    (10000.0, 16.0, 6),
-    (2.0, 3.0, 10),
+def _check_range(yarn_correction_range: Callable, beta_fast: float, beta_slow: float,
+                 head_dim: int, base: float, original: int, truncate: bool) -> None:
+    expected = torch.tensor(
+        _ref_yarn_correction_range(beta_fast, beta_slow, head_dim, base, original,
+                                   truncate=truncate), dtype=torch.float64)  # (2,)
+    candidates = [
+        (torch.tensor(answer, dtype=torch.float64), text)
+        for answer, text in _range_mistakes(beta_fast, beta_slow, head_dim, base,
+                                            original, truncate)
+    ]
+    mistakes = _known(expected, candidates, _RANGE_ATOL, 0.0)
+    call = (f"yarn_correction_range({beta_fast!r}, {beta_slow!r}, {head_dim}, "
+            f"{base!r}, {original}, truncate={truncate})")
+    got = call_student(yarn_correction_range, beta_fast, beta_slow, head_dim, base,
+                       original, truncate=truncate, call=call)
+    expect_close(_as_pair(got, call), expected, what=f"{call} = (low, high)",
+                 atol=_RANGE_ATOL, rtol=0.0, mistakes=mistakes)
+
+
+# (beta_fast, beta_slow, head_dim, base, L, truncate)
+_RANGE_PUBLIC = (
+    (32.0, 1.0, 128, 10000.0, 4096, True),  # Llama 2 at 4k
+    (32.0, 1.0, 64, 10000.0, 128, True),  # short training: i(32) < 0
+    (32.0, 1.0, 16, 10000.0, 65536, True),  # i(1) past the last pair
+    (16.0, 2.0, 64, 500000.0, 8192, False),  # fractional ends
+    (32.0, 1.0, 8, 100.0, 1000000, True),  # i(1) past d - 1: low == high after clip
+)
+_RANGE_HIDDEN = (
+    (32.0, 1.0, 128, 500000.0, 8192, True),  # Llama 3's base and length
+    (32.0, 1.0, 96, 10000.0, 4096, True),  # Phi-3's head
+    (32.0, 1.0, 64, 1000000.0, 32768, True),
+    (24.0, 1.5, 128, 10000.0, 16384, True),  # other betas, a long training
+    (32.0, 1.0, 256, 10000.0, 4096, True),  # a wide head
+    (32.0, 1.0, 64, 10000.0, 128, False),  # fractional, clipped at 0
+    (16.0, 4.0, 128, 10000.0, 2048, True),  # other betas
 )
 
 
-def _public_ntk_scaled_base(ntk_scaled_base: Callable) -> None:
-    """Public cases: head_dim 8 with s = 4 and head_dim 64 with s = 8 (base 10000)."""
-    for base, factor, head_dim in _NTK_PUBLIC:
-        _check_ntk(ntk_scaled_base, base, factor, head_dim)
+def _public_yarn_correction_range(yarn_correction_range: Callable) -> None:
+    """Public cases: Llama 2's setting, a short training length, a range ending past
+    the last pair, fractional ends, and a range clipped at d - 1."""
+    for case in _RANGE_PUBLIC:
+        _check_range(yarn_correction_range, *case)
 
 
-def check_ntk_scaled_base(ntk_scaled_base: Callable) -> None:
-    """Public check: head_dim 8 and 64, base 10000."""
-    _public_ntk_scaled_base(ntk_scaled_base)
-    passed("ntk_scaled_base", public=True)
+def check_yarn_correction_range(yarn_correction_range: Callable) -> None:
+    """Public check: five settings, truncated and not."""
+    _public_yarn_correction_range(yarn_correction_range)
+    passed("yarn_correction_range", public=True)
 
 
-def grade_ntk_scaled_base(ntk_scaled_base: Callable) -> None:
-    """Hidden grade: the smallest head_dim (4), Llama's base 500000, factor 1 (the base
-    is unchanged), fractional factors and large ones."""
-    _public_ntk_scaled_base(ntk_scaled_base)
-    for base, factor, head_dim in _NTK_HIDDEN:
-        _check_ntk(ntk_scaled_base, base, factor, head_dim)
-    passed("ntk_scaled_base", public=False, detail=f"{len(_NTK_HIDDEN)} cases")
+def grade_yarn_correction_range(yarn_correction_range: Callable) -> None:
+    """Hidden grade: Llama 3's base and length, Phi-3's head size, a wide head,
+    fractional ends clipped at 0, other betas."""
+    _public_yarn_correction_range(yarn_correction_range)
+    for case in _RANGE_HIDDEN:
+        _check_range(yarn_correction_range, *case)
+    passed("yarn_correction_range", public=False, detail=f"{len(_RANGE_HIDDEN)} cases")
 
 
-# ---- yarn_ramp -------------------------------------------------------------------
+# ---- yarn_attention_factor -----------------------------------------------------------
 
 
-def _ramp_mistakes(low: float, high: float,
-                   n_pairs: int) -> list[tuple[torch.Tensor, str]]:
-    i = torch.arange(n_pairs, dtype=torch.float64)  # (n_pairs,)
-    width = high - low if high != low else 0.001
-    right = ((i - low) / width).clamp(0.0, 1.0)
+def _attention_mistakes(factor: float, mscale: float | None,
+                        mscale_all_dim: float | None) -> list[tuple[float, str]]:
+    s = factor
+
+    def get(m: float = 1.0, log=math.log) -> float:
+        return 1.0 if s <= 1 else 0.1 * m * log(s) + 1.0
+
+    plain = get()
     out = [
-        (1.0 - right,
-         "the ramp runs the wrong way: gamma is 0 for the fast pairs i <= low (they "
-         "keep their frequency) and 1 for the slow pairs i >= high (interpolated)"),
-        ((i - low) / width,
-         "the ramp is not clipped: outside [low, high] it must stay at 0 (below low) "
-         "and 1 (above high), clip((i - low)/(high - low), 0, 1)"),
-        ((i / width).clamp(0.0, 1.0),
-         "the ramp starts at i = 0 instead of i = low: use (i - low)/(high - low)"),
-        (((i + 1 - low) / width).clamp(0.0, 1.0),
-         "the pair indices start at 1; they run 0, 1, ..., n_pairs - 1"),
+        (0.1 * math.log10(s) + 1 if s > 1 else 1.0,
+         "the logarithm is log10; the paper's factor uses the natural logarithm, "
+         "0.1 ln(s) + 1"),
+        (plain**2,
+         "this is 1/t, the factor on the logits; the function returns its square "
+         "root, sqrt(1/t) = 0.1 ln(s) + 1, which multiplies the cos and sin tables "
+         "(and so reaches the logits twice)"),
+        (1 / plain,
+         "this is upside down: sqrt(1/t) = 0.1 ln(s) + 1 is above 1 for s > 1 (the "
+         "logits grow: attention gets sharper)"),
+        (0.1 * math.log(s) if s > 1 else 1.0,
+         "the + 1 is missing: sqrt(1/t) = 0.1 ln(s) + 1"),
     ]
-    if high != 0:
+    if s < 1:
         out.append(
-            (((i - low) / high).clamp(0.0, 1.0),
-             "the ramp is divided by high; divide by its width, high - low")
+            (0.1 * math.log(s) + 1,
+             "for factor <= 1 the factor is 1: there is nothing to compensate when "
+             "the context is not extended (0.1 ln(s) + 1 would fall below 1)")
         )
-    if high == low:
-        step = (i - low) / 0.0  # what a division without the widening gives
+    if mscale and not mscale_all_dim:
         out.append(
-            (step.clamp(0.0, 1.0),
-             "when low == high the ramp divides 0 by 0 at i = low (nan): widen the "
-             "ramp first, high = low + 0.001, as the reference code does")
+            (get(mscale),
+             "with mscale alone (no mscale_all_dim) the factor is the plain "
+             "0.1 ln(s) + 1: Hugging Face uses the scales only when both are given")
         )
+    if mscale and mscale_all_dim:
+        out += [
+            (plain,
+             "mscale and mscale_all_dim are ignored; with both given, the factor is "
+             "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)"),
+            (get(mscale_all_dim) / get(mscale),
+             "the ratio is upside down: mscale goes in the numerator, "
+             "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)"),
+            (get(mscale),
+             "mscale_all_dim is ignored: divide by 0.1 mscale_all_dim ln s + 1"),
+            (get(mscale) * get(mscale_all_dim),
+             "the two factors are multiplied; the factor is their ratio, "
+             "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)"),
+        ]
     return out
 
 
-def _check_ramp(yarn_ramp: Callable, low: float, high: float, n_pairs: int) -> None:
-    expected = _ref_yarn_ramp(low, high, n_pairs)  # (n_pairs,)
-    mistakes = _known(expected, _ramp_mistakes(low, high, n_pairs), _RAMP_ATOL, 0.0)
-    call = f"yarn_ramp({low!r}, {high!r}, {n_pairs})"
-    got = call_student(yarn_ramp, low, high, n_pairs, call=call)
-    expect_close(got, expected, what=call, atol=_RAMP_ATOL, rtol=0.0,
-                 mistakes=mistakes, dtype="float")
+def _check_attention(yarn_attention_factor: Callable, factor: float,
+                     mscale: float | None, mscale_all_dim: float | None) -> None:
+    expected = _ref_yarn_attention_factor(factor, mscale, mscale_all_dim)
+    args: tuple = (factor,)
+    call = f"yarn_attention_factor({factor!r}"
+    if mscale is not None or mscale_all_dim is not None:
+        args = (factor, mscale, mscale_all_dim)
+        call += f", {mscale!r}, {mscale_all_dim!r}"
+    call += ")"
+    got = call_student(yarn_attention_factor, *args, call=call)
+    expect_scalar(got, expected, what=call, atol=_ATTENTION_ATOL,
+                  mistakes=_attention_mistakes(factor, mscale, mscale_all_dim))
 
 
-_RAMP_PUBLIC = ((3, 10, 16), (2.5, 7.25, 12))
-# (20, 46, 64) is YaRN's range for Llama 2 (d = 128, base 10000, L = 4096)
-_RAMP_HIDDEN = (
-    (4, 4, 8),
-    (0, 5, 8),
-    (6, 30, 16),
-    (0, 1, 1),
-    (20, 46, 64),
-    (0.0, 63.0, 64),
-    (1.75, 2.5, 6),
+# (factor, mscale, mscale_all_dim)
+_ATTENTION_PUBLIC = (
+    (4.0, None, None),
+    (32.0, None, None),
+    (0.5, None, None),  # a config that shortens the context
+    (16.0, 1.2, 0.707),
+    (40.0, 1.0, 1.0),  # DeepSeek-V3's config
+    (4.0, 0.5, None),  # one scale alone is ignored, as in Hugging Face
+)
+_ATTENTION_HIDDEN = (
+    (1.0, None, None),
+    (2.0, None, None),
+    (128.0, None, None),
+    (0.25, None, None),
+    (8.0, 0.8, 1.2),
+    (40.0, 0.707, 0.707),
+    (8.0, None, 2.0),  # the other scale alone
 )
 
 
-def _public_yarn_ramp(yarn_ramp: Callable) -> None:
-    """Public cases: integer ends (the rounded range) and fractional ends."""
-    for low, high, n_pairs in _RAMP_PUBLIC:
-        _check_ramp(yarn_ramp, low, high, n_pairs)
+def _public_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
+    """Public cases: s = 4 and 32, a factor below 1, a DeepSeek-style pair of scales,
+    DeepSeek-V3's equal ones, and one scale alone."""
+    for case in _ATTENTION_PUBLIC:
+        _check_attention(yarn_attention_factor, *case)
 
 
-def check_yarn_ramp(yarn_ramp: Callable) -> None:
-    """Public check: integer and fractional ends, inside the pair range."""
-    _public_yarn_ramp(yarn_ramp)
-    passed("yarn_ramp", public=True)
+def check_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
+    """Public check: six factors and scale settings."""
+    _public_yarn_attention_factor(yarn_attention_factor)
+    passed("yarn_attention_factor", public=True)
 
 
-def grade_yarn_ramp(yarn_ramp: Callable) -> None:
-    """Hidden grade: low == high, a ramp from pair 0, ends past the last pair, one
-    pair, the range YaRN computes for Llama 2 (d = 128, L = 4096)."""
-    _public_yarn_ramp(yarn_ramp)
-    for low, high, n_pairs in _RAMP_HIDDEN:
-        _check_ramp(yarn_ramp, low, high, n_pairs)
-    passed("yarn_ramp", public=False, detail=f"{len(_RAMP_HIDDEN)} cases")
+def grade_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
+    """Hidden grade: s = 1, 2 and 128, another factor below 1, unequal and equal
+    scales, and the other scale alone."""
+    _public_yarn_attention_factor(yarn_attention_factor)
+    for case in _ATTENTION_HIDDEN:
+        _check_attention(yarn_attention_factor, *case)
+    passed("yarn_attention_factor", public=False,
+           detail=f"{len(_ATTENTION_HIDDEN)} cases")
 
 
 # ---- llama3_scaled_frequencies -----------------------------------------------------
@@ -291,19 +423,22 @@ def _band_public_cases() -> tuple:
          "theta (d=128, base 500000, float64)"),
         (_theta(16, 10000.0, torch.float32), 4.0, 64, 1.0, 4.0,
          "theta (d=16, base 10000, float32)"),
+        (_theta(32, 10000.0, torch.float64), 4.0, 256, 2.0, 8.0,
+         "theta (d=32, base 10000, float64)"),
     )
 
 
 def _public_llama3_scaled_frequencies(llama3_scaled_frequencies: Callable) -> None:
     """Public cases: Llama 3.1 (d = 128, base 500000, L = 8192, s = 8) in float64,
-    and d = 16, base 10000, L = 64, s = 4 in float32."""
+    d = 16, base 10000, L = 64, s = 4 in float32, and other bands (alpha = 2,
+    beta = 8)."""
     for inv_freq, factor, original, alpha, beta, label in _band_public_cases():
         _check_bands(llama3_scaled_frequencies, inv_freq, factor, original, alpha,
                      beta, label)
 
 
 def check_llama3_scaled_frequencies(llama3_scaled_frequencies: Callable) -> None:
-    """Public check: Llama 3.1's settings, and a small head."""
+    """Public check: Llama 3.1's settings, a small head, other bands."""
     _public_llama3_scaled_frequencies(llama3_scaled_frequencies)
     passed("llama3_scaled_frequencies", public=True)
 
@@ -316,8 +451,6 @@ def _band_hidden_cases() -> tuple:
     return (
         (_theta(64, 500000.0, torch.float64), 32.0, 8192, 1.0, 4.0,
          "theta (d=64, base 500000, float64)"),
-        (_theta(32, 10000.0, torch.float64), 4.0, 256, 2.0, 8.0,
-         "theta (d=32, base 10000, float64)"),
         (_theta(32, 10000.0, torch.float32), 1.0, 256, 1.0, 4.0,
          "theta (d=32, base 10000, float32)"),
         (_theta(128, 10000.0, torch.float64), 2.5, 2048, 0.5, 1.5,

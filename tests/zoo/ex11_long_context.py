@@ -5,6 +5,12 @@ implementations they must reject, with the message fragment each rejection shows
 public check (not only the hidden grader) must reject it too. ``CALLS_LIBRARY[name]``
 lists functions that only call the reference, through ``course_lib.<name>`` and
 through a module-level ``from course_lib import <name>``.
+
+The correction-range and attention-factor mistakes are the ones people make with
+YaRN's reference code (jquesnelle/yarn, Hugging Face's ``_compute_yarn_parameters``):
+rounding the ends of the range to the nearest pair or inward, clipping ``high`` to
+the last pair instead of ``d - 1``, counting turns in radians, and for the attention
+factor the square (1/t) instead of its root, log10, or DeepSeek's ratio upside down.
 """
 
 from __future__ import annotations
@@ -15,111 +21,251 @@ import numpy as np
 import torch
 
 import course_lib
-from course_lib import llama3_scaled_frequencies, ntk_scaled_base, yarn_ramp
+from course_lib import (
+    llama3_scaled_frequencies,
+    yarn_attention_factor,
+    yarn_correction_range,
+)
 
-# --- ntk_scaled_base: correct
-
-
-def ntk_formula(base, factor, head_dim):
-    return base * factor ** (head_dim / (head_dim - 2))
-
-
-def ntk_solved_for_the_slowest_pair(base, factor, head_dim):
-    """Solve b'^(-e) = b^(-e) / s with e = 2i/d for the slowest pair i = d/2 - 1."""
-    e = 2 * (head_dim // 2 - 1) / head_dim
-    return (base ** (-e) / factor) ** (-1 / e)
+# --- yarn_correction_range: correct
 
 
-def ntk_float32_tensor(base, factor, head_dim):
-    """A 0-d float32 tensor, computed through logarithms."""
-    t = torch.tensor([base, factor], dtype=torch.float32)
-    return torch.exp(t[0].log() + head_dim / (head_dim - 2) * t[1].log())
+def range_reference_style(beta_fast, beta_slow, head_dim, base, original_max_position,
+                          truncate=True):
+    def dim(r):
+        return head_dim * math.log(original_max_position / (r * 2 * math.pi)) / (
+            2 * math.log(base))
+
+    low, high = dim(beta_fast), dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-# --- ntk_scaled_base: wrong
+def range_float32_torch(beta_fast, beta_slow, head_dim, base, original_max_position,
+                        truncate=True):
+    """In float32 tensors, returning 0-d tensors."""
+    r = torch.tensor([beta_fast, beta_slow], dtype=torch.float32)
+    i = head_dim * torch.log(original_max_position / (2 * math.pi * r)) / (
+        2 * math.log(base))
+    if truncate:
+        i = torch.stack((i[0].floor(), i[1].ceil()))
+    return i[0].clamp(min=0), i[1].clamp(max=head_dim - 1)
 
 
-def ntk_exponent_d_over_d_minus_1(base, factor, head_dim):
-    return base * factor ** (head_dim / (head_dim - 1))
+def range_from_turns(beta_fast, beta_slow, head_dim, base, original_max_position,
+                     truncate=True):
+    """From the turn count of each pair: low is the last pair turning at least
+    beta_fast times, high the first turning at most beta_slow times (in numpy)."""
+    log_turns = lambda i: (np.log(original_max_position / (2 * np.pi))  # noqa: E731
+                           - 2 * i / head_dim * np.log(base))
+    # log_turns is linear in i: solve log_turns(i) = log(r) exactly
+    slope = 2 / head_dim * np.log(base)
+    low = float((log_turns(0) - np.log(beta_fast)) / slope)
+    high = float((log_turns(0) - np.log(beta_slow)) / slope)
+    if truncate:
+        low, high = int(np.floor(low)), int(np.ceil(high))
+    return [max(low, 0), min(high, head_dim - 1)]
 
 
-def ntk_exponent_upside_down(base, factor, head_dim):
-    return base * factor ** ((head_dim - 2) / head_dim)
+# --- yarn_correction_range: wrong
 
 
-def ntk_base_times_factor(base, factor, head_dim):
-    return base * factor
+def _dim(r, d, base, L, *, two_pi=True, two=True):
+    return d * math.log(L / (r * (2 * math.pi if two_pi else 1))) / (
+        (2 if two else 1) * math.log(base))
 
 
-def ntk_divided(base, factor, head_dim):
-    return base / factor ** (head_dim / (head_dim - 2))
+def range_rounded_to_nearest(beta_fast, beta_slow, head_dim, base,
+                             original_max_position, truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = round(low), round(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-def ntk_pairs_for_d(base, factor, head_dim):
-    n = head_dim // 2  # the number of pairs taken for d
-    return base * factor ** (n / (n - 2)) if n > 2 else base * factor ** 2
+def range_int_both(beta_fast, beta_slow, head_dim, base, original_max_position,
+                   truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.floor(low), math.floor(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-# --- yarn_ramp: correct
+def range_ceil_both(beta_fast, beta_slow, head_dim, base, original_max_position,
+                    truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.ceil(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-def ramp_clamp(low, high, n_pairs):
-    if high == low:
-        high += 0.001
-    i = torch.arange(n_pairs, dtype=torch.float64)
-    return ((i - low) / (high - low)).clamp(0, 1)
+def range_inward(beta_fast, beta_slow, head_dim, base, original_max_position,
+                 truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.ceil(low), math.floor(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-def ramp_min_max_float32(low, high, n_pairs):
-    width = max(high - low, 0.001)
-    i = torch.arange(n_pairs, dtype=torch.float32)
-    return torch.minimum(torch.maximum((i - low) / width, torch.tensor(0.0)),
-                         torch.tensor(1.0))
+def range_not_clipped_at_zero(beta_fast, beta_slow, head_dim, base,
+                              original_max_position, truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return low, min(high, head_dim - 1)
 
 
-def ramp_numpy_loop(low, high, n_pairs):
-    high = high + 0.001 if high == low else high
-    values = [min(max((i - low) / (high - low), 0.0), 1.0) for i in range(n_pairs)]
-    return torch.from_numpy(np.array(values, dtype=np.float64))
+def range_clipped_to_last_pair(beta_fast, beta_slow, head_dim, base,
+                               original_max_position, truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim // 2 - 1)
 
 
-# --- yarn_ramp: wrong
+def range_high_not_clipped(beta_fast, beta_slow, head_dim, base,
+                           original_max_position, truncate=True):
+    """Right unless high passes d - 1 (a small base and a long training)."""
+    low = _dim(beta_fast, head_dim, base, original_max_position)
+    high = _dim(beta_slow, head_dim, base, original_max_position)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), high
 
 
-def ramp_reversed(low, high, n_pairs):
-    return 1 - ramp_clamp(low, high, n_pairs)
+def range_turns_in_radians(beta_fast, beta_slow, head_dim, base,
+                           original_max_position, truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position, two_pi=False)
+    high = _dim(beta_slow, head_dim, base, original_max_position, two_pi=False)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-def ramp_not_clipped(low, high, n_pairs):
-    if high == low:
-        high += 0.001
-    i = torch.arange(n_pairs, dtype=torch.float64)
-    return (i - low) / (high - low)
+def range_without_the_two(beta_fast, beta_slow, head_dim, base,
+                          original_max_position, truncate=True):
+    low = _dim(beta_fast, head_dim, base, original_max_position, two=False)
+    high = _dim(beta_slow, head_dim, base, original_max_position, two=False)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-def ramp_from_zero(low, high, n_pairs):
-    if high == low:
-        high += 0.001
-    i = torch.arange(n_pairs, dtype=torch.float64)
-    return (i / (high - low)).clamp(0, 1)
+def range_pairs_for_d(beta_fast, beta_slow, head_dim, base, original_max_position,
+                      truncate=True):
+    n = head_dim // 2
+    low = _dim(beta_fast, n, base, original_max_position)
+    high = _dim(beta_slow, n, base, original_max_position)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
 
 
-def ramp_pairs_from_one(low, high, n_pairs):
-    if high == low:
-        high += 0.001
-    i = torch.arange(1, n_pairs + 1, dtype=torch.float64)
-    return ((i - low) / (high - low)).clamp(0, 1)
+def range_betas_swapped(beta_fast, beta_slow, head_dim, base, original_max_position,
+                        truncate=True):
+    return range_reference_style(beta_slow, beta_fast, head_dim, base,
+                                 original_max_position, truncate)
 
 
-def ramp_divided_by_high(low, high, n_pairs):
-    i = torch.arange(n_pairs, dtype=torch.float64)
-    return ((i - low) / high).clamp(0, 1)
+def range_always_rounded(beta_fast, beta_slow, head_dim, base, original_max_position,
+                         truncate=True):
+    return range_reference_style(beta_fast, beta_slow, head_dim, base,
+                                 original_max_position, True)
 
 
-def ramp_not_widened(low, high, n_pairs):
-    """Right except when low == high (0/0 at i = low): only the hidden cases have it."""
-    i = torch.arange(n_pairs, dtype=torch.float64)
-    return ((i - low) / (high - low)).clamp(0, 1)
+# --- yarn_attention_factor: correct
+
+
+def attention_formula(factor, mscale=None, mscale_all_dim=None):
+    def get(m=1.0):
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    if mscale and mscale_all_dim:
+        return get(mscale) / get(mscale_all_dim)
+    return get()
+
+
+def attention_torch_float32(factor, mscale=None, mscale_all_dim=None):
+    s = torch.tensor(max(factor, 1.0), dtype=torch.float32)
+    if not (mscale and mscale_all_dim):
+        return 0.1 * torch.log(s) + 1  # 0-d
+    m = torch.tensor([mscale, mscale_all_dim], dtype=torch.float32)
+    values = 0.1 * m * torch.log(s) + 1  # (2,) numerator, denominator
+    return values[0] / values[1]
+
+
+def attention_from_temperature(factor, mscale=None, mscale_all_dim=None):
+    """Through the temperature: 1/t = (0.1 ln s + 1)^2, then its square root."""
+    def inv_t(m):
+        return (0.1 * m * np.log(factor) + 1) ** 2 if factor > 1 else 1.0
+
+    if mscale and mscale_all_dim:
+        return float(np.sqrt(inv_t(mscale) / inv_t(mscale_all_dim)))
+    return float(np.sqrt(inv_t(1.0)))
+
+
+# --- yarn_attention_factor: wrong
+
+
+def attention_log10(factor, mscale=None, mscale_all_dim=None):
+    return 0.1 * math.log10(factor) + 1 if factor > 1 else 1.0
+
+
+def attention_squared(factor, mscale=None, mscale_all_dim=None):
+    return attention_formula(factor, mscale, mscale_all_dim) ** 2
+
+
+def attention_reciprocal(factor, mscale=None, mscale_all_dim=None):
+    return 1 / attention_formula(factor, mscale, mscale_all_dim)
+
+
+def attention_no_guard(factor, mscale=None, mscale_all_dim=None):
+    if mscale and mscale_all_dim:
+        return attention_formula(factor, mscale, mscale_all_dim)
+    return 0.1 * math.log(factor) + 1
+
+
+def attention_no_plus_one(factor, mscale=None, mscale_all_dim=None):
+    return 0.1 * math.log(factor) if factor > 1 else 1.0
+
+
+def attention_ignores_scales(factor, mscale=None, mscale_all_dim=None):
+    return attention_formula(factor)
+
+
+def attention_ratio_upside_down(factor, mscale=None, mscale_all_dim=None):
+    if mscale and mscale_all_dim:
+        return attention_formula(factor, mscale_all_dim, mscale)
+    return attention_formula(factor)
+
+
+def attention_numerator_only(factor, mscale=None, mscale_all_dim=None):
+    if mscale and mscale_all_dim:
+        return 0.1 * mscale * math.log(factor) + 1 if factor > 1 else 1.0
+    return attention_formula(factor)
+
+
+def attention_product(factor, mscale=None, mscale_all_dim=None):
+    if mscale and mscale_all_dim:
+        def get(m):
+            return 0.1 * m * math.log(factor) + 1 if factor > 1 else 1.0
+
+        return get(mscale) * get(mscale_all_dim)
+    return attention_formula(factor)
+
+
+def attention_mscale_alone(factor, mscale=None, mscale_all_dim=None):
+    """Uses mscale even without mscale_all_dim."""
+    if mscale and not mscale_all_dim:
+        return 0.1 * mscale * math.log(factor) + 1 if factor > 1 else 1.0
+    return attention_formula(factor, mscale, mscale_all_dim)
 
 
 # --- llama3_scaled_frequencies: correct
@@ -238,28 +384,32 @@ def bands_times_factor(inv_freq, factor, original_max_position, low_freq_factor=
 
 def bands_default_alpha_beta(inv_freq, factor, original_max_position,
                              low_freq_factor=1.0, high_freq_factor=4.0):
-    """Llama 3.1's alpha = 1 and beta = 4 hard-coded: right only for those (the
-    hidden cases use others)."""
+    """Llama 3.1's alpha = 1 and beta = 4 hard-coded: right only for those (a
+    public case and hidden cases use others)."""
     return bands_where(inv_freq, factor, original_max_position, 1.0, 4.0)
 
 
 # --- calls the library
 
 
-def ntk_calls_library(base, factor, head_dim):
-    return course_lib.ntk_scaled_base(base, factor, head_dim)
+def range_calls_library(beta_fast, beta_slow, head_dim, base, original_max_position,
+                        truncate=True):
+    return course_lib.yarn_correction_range(beta_fast, beta_slow, head_dim, base,
+                                            original_max_position, truncate=truncate)
 
 
-def ntk_imported_from_library(base, factor, head_dim):
-    return ntk_scaled_base(base, factor, head_dim)
+def range_imported_from_library(beta_fast, beta_slow, head_dim, base,
+                                original_max_position, truncate=True):
+    return yarn_correction_range(beta_fast, beta_slow, head_dim, base,
+                                 original_max_position, truncate=truncate)
 
 
-def ramp_calls_library(low, high, n_pairs):
-    return course_lib.yarn_ramp(low, high, n_pairs)
+def attention_calls_library(factor, mscale=None, mscale_all_dim=None):
+    return course_lib.yarn_attention_factor(factor, mscale, mscale_all_dim)
 
 
-def ramp_imported_from_library(low, high, n_pairs):
-    return yarn_ramp(low, high, n_pairs)
+def attention_imported_from_library(factor, mscale=None, mscale_all_dim=None):
+    return yarn_attention_factor(factor, mscale, mscale_all_dim)
 
 
 def bands_calls_library(inv_freq, factor, original_max_position, low_freq_factor=1.0,
@@ -275,28 +425,40 @@ def bands_imported_from_library(inv_freq, factor, original_max_position,
 
 
 CORRECT = {
-    "ntk_scaled_base": [ntk_formula, ntk_solved_for_the_slowest_pair,
-                        ntk_float32_tensor],
-    "yarn_ramp": [ramp_clamp, ramp_min_max_float32, ramp_numpy_loop],
+    "yarn_correction_range": [range_reference_style, range_float32_torch,
+                              range_from_turns],
+    "yarn_attention_factor": [attention_formula, attention_torch_float32,
+                              attention_from_temperature],
     "llama3_scaled_frequencies": [bands_where, bands_hugging_face,
                                   bands_loop_interpolating_the_slow_down],
 }
 
 WRONG = {
-    "ntk_scaled_base": [
-        (ntk_exponent_d_over_d_minus_1, "the exponent is d/(d-1)", True),
-        (ntk_exponent_upside_down, "the exponent is upside down", True),
-        (ntk_base_times_factor, "the base is multiplied by s itself", True),
-        (ntk_divided, "a smaller base speeds the pairs up", True),
-        (ntk_pairs_for_d, "uses the number of pairs d/2 for d", True),
+    "yarn_correction_range": [
+        (range_rounded_to_nearest, "round(), gives this here", True),
+        (range_int_both, "high is rounded down", True),
+        (range_ceil_both, "low is rounded up", True),
+        (range_inward, "both ends are rounded inward", True),
+        (range_not_clipped_at_zero, "low is not clipped at 0", True),
+        (range_clipped_to_last_pair, "clipped to the last pair", True),
+        (range_high_not_clipped, "high is not clipped", True),
+        (range_turns_in_radians, "the turns are counted in radians", True),
+        (range_without_the_two, "the index is twice too large", True),
+        (range_pairs_for_d, "uses the number of pairs d/2 for d", True),
+        (range_betas_swapped, "beta_fast and beta_slow are swapped", True),
+        (range_always_rounded, "rounded although truncate=False", True),
     ],
-    "yarn_ramp": [
-        (ramp_reversed, "the ramp runs the wrong way", True),
-        (ramp_not_clipped, "the ramp is not clipped", True),
-        (ramp_from_zero, "the ramp starts at i = 0 instead of i = low", True),
-        (ramp_pairs_from_one, "the pair indices start at 1", True),
-        (ramp_divided_by_high, "divide by its width, high - low", True),
-        (ramp_not_widened, "when low == high the ramp divides 0 by 0", False),
+    "yarn_attention_factor": [
+        (attention_log10, "the logarithm is log10", True),
+        (attention_squared, "this is 1/t", True),
+        (attention_reciprocal, "this is upside down", True),
+        (attention_no_guard, "for factor <= 1 the factor is 1", True),
+        (attention_no_plus_one, "the + 1 is missing", True),
+        (attention_ignores_scales, "mscale and mscale_all_dim are ignored", True),
+        (attention_ratio_upside_down, "the ratio is upside down", True),
+        (attention_numerator_only, "mscale_all_dim is ignored", True),
+        (attention_product, "the two factors are multiplied", True),
+        (attention_mscale_alone, "with mscale alone", True),
     ],
     "llama3_scaled_frequencies": [
         (bands_on_frequency, "the bands are drawn on the frequency theta", True),
@@ -305,12 +467,13 @@ WRONG = {
         (bands_blend_reversed, "the blend in the medium band is reversed", True),
         (bands_no_blend, "the medium band is kept unchanged", True),
         (bands_times_factor, "the long wavelengths are multiplied by s", True),
-        (bands_default_alpha_beta, "wrong entr", False),
+        (bands_default_alpha_beta, "wrong entr", True),
     ],
 }
 
 CALLS_LIBRARY = {
-    "ntk_scaled_base": [ntk_calls_library, ntk_imported_from_library],
-    "yarn_ramp": [ramp_calls_library, ramp_imported_from_library],
+    "yarn_correction_range": [range_calls_library, range_imported_from_library],
+    "yarn_attention_factor": [attention_calls_library,
+                              attention_imported_from_library],
     "llama3_scaled_frequencies": [bands_calls_library, bands_imported_from_library],
 }
