@@ -47,6 +47,7 @@ __all__ = [
     "rel_attention_scores",
     "rel_attention_scores_gather",
     "rel_shift",
+    "rel_shift_bidirectional",
     "relative_sinusoidal_embedding",
     "transformer_xl_mask",
 ]
@@ -99,6 +100,62 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
     padded = F.pad(x, (1, 0))  # (..., Lq, Lk + 1)
     padded = padded.reshape(*lead, k_len + 1, q_len)  # same numbers, rows of length Lq
     return padded[..., 1:, :].reshape(*lead, q_len, k_len)  # (..., Lq, Lk)
+
+
+def rel_shift_bidirectional(x: torch.Tensor) -> torch.Tensor:
+    """Realign scores indexed by a signed distance into scores indexed by key.
+
+    For attention without a causal mask (an encoder, or XLNet's two-stream attention)
+    a query also needs the distances of the keys after it. With the queries the last
+    ``q_len`` of ``k_len`` positions (query ``i`` at ``i' = i + k_len - q_len``), the
+    distances ``i' - j`` run from ``k_len - 1`` down to ``-(q_len - 1)``: the input has
+    ``k_len + q_len - 1`` columns, column ``c`` holding distance ``k_len - 1 - c``.
+
+    .. math::
+
+        \\mathrm{out}[\\dots, i, j] = x[\\dots, i, j + q_{len} - 1 - i],
+        \\qquad 0 \\le j < k_{len},
+
+    valid for every entry (no mask needed). Computed as the causal shift is: one zero
+    column padded on the left, the numbers read with rows of length ``q_len``, the
+    first row dropped and the rest read back with rows of ``k_len + q_len - 1``, of
+    which the first ``k_len`` columns are kept.
+
+    Args:
+        x: ``(..., q_len, k_len + q_len - 1)`` scores, descending signed distances.
+
+    Returns:
+        ``(..., q_len, k_len)`` scores, column ``j`` for key ``j``.
+
+    Paper: Dai et al. 2019, appendix B (the causal case); Yang et al. 2019 (XLNet)
+    use distances ``k_len`` down to ``-q_len + 1`` (one column more) for their
+    bidirectional streams.
+
+    >>> x = torch.tensor([[2., 1., 0., -1.], [2., 1., 0., -1.]])  # Lq=2, Lk=3
+    >>> rel_shift_bidirectional(x)  # query 0 sits at position 1, query 1 at 2
+    tensor([[ 1.,  0., -1.],
+            [ 2.,  1.,  0.]])
+    """
+    fn = "rel_shift_bidirectional"
+    require_ndim(
+        fn,
+        "x",
+        require_float_tensor(fn, "x", x),
+        tuple(range(2, 9)),
+        "(..., q_len, k_len + q_len - 1)",
+    )
+    *lead, q_len, width = x.shape
+    k_len = width - q_len + 1
+    if q_len == 0 or k_len < q_len:
+        fail(
+            fn,
+            f"x must be (..., q_len, k_len + q_len - 1) with 1 <= q_len <= k_len, "
+            f"got {describe(x)} (k_len would be {k_len})",
+        )
+    padded = F.pad(x, (1, 0))  # (..., Lq, W + 1)
+    padded = padded.reshape(*lead, width + 1, q_len)  # same numbers, rows of length Lq
+    rows = padded[..., 1:, :].reshape(*lead, q_len, width)  # (..., Lq, W)
+    return rows[..., :k_len]  # (..., Lq, Lk)
 
 
 def transformer_xl_mask(q_len: int, k_len: int) -> torch.Tensor:

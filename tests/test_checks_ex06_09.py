@@ -51,6 +51,7 @@ def test_every_graded_function_has_a_zoo() -> None:
         "t5_relative_position_bucket",
         "rel_shift",
         "rel_attention_scores",
+        "rel_shift_bidirectional",
         "da_rescale",
         "da_attention",
         "fixed_sinusoidal_encoding",
@@ -342,7 +343,9 @@ def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
 
 GRADED = {
     "ex06_relative": ["relative_position_index", "t5_relative_position_bucket"],
-    "ex07_transformer_xl": ["rel_shift", "rel_attention_scores"],
+    "ex07_transformer_xl": [
+        "rel_shift", "rel_attention_scores", "rel_shift_bidirectional"
+    ],
     "ex08_da": ["da_rescale", "da_attention"],
     "ex09_bug_zoo": [
         "fixed_sinusoidal_encoding",

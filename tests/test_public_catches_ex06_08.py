@@ -36,6 +36,11 @@ PUBLIC_CATCHES = {
         "shift_ascending", "shift_drop_last_row", "shift_identity", "shift_into_x",
         "shift_only_2d", "shift_only_4d", "shift_pad_right", "shift_wrong_direction",
     }),
+    "rel_shift_bidirectional": (g07, z07, {
+        "bishift_xlnet_without_pad", "bishift_last_columns",
+        "bishift_masked_like_causal", "bishift_k_len_off_by_one",
+        "bishift_all_columns",
+    }),
     "rel_attention_scores": (g07, z07, {
         "scores_bias_added_to_q_in_place", "scores_mask_queries_first",
         "scores_masked_with_zero", "scores_not_scaled", "scores_not_shifted",

@@ -230,3 +230,39 @@ def test_layer_clamp_len_beyond_length_changes_nothing(gen) -> None:
     x = torch.randn(1, 6, 16, generator=gen, dtype=torch.float64)
     torch.testing.assert_close(_layer(0, clamp_len=50)(x)[0], _layer(0)(x)[0])
     assert (_layer(0, clamp_len=1)(x)[0] - _layer(0)(x)[0]).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize(
+    "q_len,k_len", [(1, 1), (1, 6), (2, 3), (3, 5), (4, 4), (5, 12)]
+)
+def test_rel_shift_bidirectional_equals_index_formula(gen, q_len, k_len) -> None:
+    """out[..., i, j] = x[..., i, j + q_len - 1 - i] for EVERY entry (no mask)."""
+    from course_lib import rel_shift_bidirectional
+
+    x = torch.randn(2, 3, q_len, k_len + q_len - 1, generator=gen)
+    out = rel_shift_bidirectional(x)
+    assert out.shape == (2, 3, q_len, k_len)
+    for i in range(q_len):
+        for j in range(k_len):
+            assert torch.equal(out[..., i, j], x[..., i, j + q_len - 1 - i])
+
+
+@pytest.mark.parametrize("q_len,k_len", [(2, 3), (3, 7), (4, 4)])
+def test_rel_shift_bidirectional_holds_signed_distances(q_len, k_len) -> None:
+    """Chapter 7: with L_k + L_q - 1 columns every entry is the distance i' - j, and the
+    causal rel_shift of the same wide input agrees on its first k_len columns."""
+    from course_lib import rel_shift, rel_shift_bidirectional
+
+    width = k_len + q_len - 1
+    x = (k_len - 1 - torch.arange(width)).float().expand(q_len, width).clone()
+    query_pos = torch.arange(q_len)[:, None] + k_len - q_len
+    want = (query_pos - torch.arange(k_len)[None, :]).float()
+    assert torch.equal(rel_shift_bidirectional(x), want)
+    assert torch.equal(rel_shift(x)[..., :k_len], want)
+
+
+def test_rel_shift_bidirectional_rejects_a_too_narrow_input() -> None:
+    from course_lib import rel_shift_bidirectional
+
+    with pytest.raises(ValueError, match="k_len would be"):
+        rel_shift_bidirectional(torch.zeros(4, 5))  # k_len = 2 < q_len = 4

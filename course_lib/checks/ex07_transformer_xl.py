@@ -21,6 +21,9 @@ import torch.nn.functional as F
 
 from course_lib.transformer_xl import rel_attention_scores as _ref_scores
 from course_lib.transformer_xl import rel_shift as _ref_shift
+from course_lib.transformer_xl import (
+    rel_shift_bidirectional as _ref_rel_shift_bidirectional,
+)
 
 from ._core import (
     CheckFailed,
@@ -34,8 +37,10 @@ from ._core import (
 __all__ = [
     "check_rel_attention_scores",
     "check_rel_shift",
+    "check_rel_shift_bidirectional",
     "grade_rel_attention_scores",
     "grade_rel_shift",
+    "grade_rel_shift_bidirectional",
 ]
 
 _arange = torch.arange
@@ -408,3 +413,135 @@ def grade_rel_attention_scores(fn) -> None:
             fn, "rel_attention_scores", *_random_inputs(gen, *s), unmasked=_UNMASKED
         )
     passed("rel_attention_scores", public=False, detail=f"{len(sizes)} cases")
+
+
+# --- rel_shift_bidirectional
+
+
+def _bidirectional_mistakes(x: torch.Tensor):
+    """Known wrong answers for ``x`` of shape ``(..., q_len, k_len + q_len - 1)``."""
+    *lead, q_len, width = x.shape
+    k_len = width - q_len + 1
+    i = _arange(q_len)[:, None]
+    j = _arange(k_len)[None, :]
+
+    def cols(c):
+        return x.gather(-1, (c % width).expand(*lead, q_len, k_len))
+
+    right = j + q_len - 1 - i
+    future = j > i + k_len - q_len
+    rows = _pad(x, (1, 0)).reshape(*lead, width + 1, q_len)[..., 1:, :]
+    rows = rows.reshape(*lead, q_len, width)  # (..., Lq, W), the shifted rows
+    no_pad = x.reshape(*lead, width, q_len)[..., 1:, :]  # XLNet's recipe, no pad
+    no_pad = no_pad.reshape(*lead, q_len, width - 1)[..., :k_len]
+    return [
+        (
+            no_pad,
+            "each row reads one column too far right (column j + q_len - i): that is "
+            "XLNet's shift, which has no zero pad because its input carries one more "
+            "distance (k_len down to -q_len + 1). With the k_len + q_len - 1 columns "
+            "asked for here, pad one zero column on the left first.",
+        ),
+        (
+            rows[..., width - k_len :],
+            "these are the LAST k_len columns of the shifted rows; keep the FIRST "
+            "k_len: out[i, j] = x[i, j + q_len - 1 - i].",
+        ),
+        (
+            cols(right).masked_fill(future, 0.0),
+            "the keys after their query are zeroed as in the causal shift; in the "
+            "bidirectional shift every entry is a real (negative) distance: keep it.",
+        ),
+        (
+            cols(right).masked_fill(future, -_inf),
+            "the keys after their query are masked as in the causal shift; in the "
+            "bidirectional shift every entry is a real (negative) distance: keep it.",
+        ),
+        (
+            cols(width - 1 - right),
+            "column c of x holds distance k_len - 1 - c (descending, from k_len - 1 "
+            "down to -(q_len - 1)); this answer reads the columns in ascending order.",
+        ),
+        (
+            cols(j - (q_len - 1 - i)),
+            "the rows are shifted the wrong way: out[i, j] = x[i, j + q_len - 1 - i] "
+            "moves row i LEFT by q_len - 1 - i.",
+        ),
+    ]
+
+
+def _bidirectional_case(fn, x: torch.Tensor, label: str, expected=None) -> None:
+    *_, q_len, width = x.shape
+    k_len = width - q_len + 1
+    shape = (*x.shape[:-1], k_len)
+    if expected is None:
+        expected = _ref_rel_shift_bidirectional(x.clone())
+    call = f"rel_shift_bidirectional({label})"
+    got = call_student(fn, x.clone(), call=call)
+    if (
+        isinstance(got, torch.Tensor)
+        and got.shape[:-1] == shape[:-1]
+        and got.shape[-1] != k_len
+    ):
+        if got.shape[-1] == width:
+            raise CheckFailed(
+                f"{call} returned {width} columns, as many as x has. The output has "
+                f"one column per key: k_len = width - q_len + 1 = {k_len}."
+            )
+        if got.shape[-1] == k_len - 1:
+            raise CheckFailed(
+                f"{call} returned {k_len - 1} columns: k_len is width - q_len + 1 = "
+                f"{k_len} (the distances run from k_len - 1 down to -(q_len - 1)), "
+                "not width - q_len."
+            )
+    got = _require_shape(got, torch.Size(shape), call)
+    mistakes = [
+        Mistake(a, text)
+        for a, text in _bidirectional_mistakes(x)
+        if not torch.equal(a, expected)
+    ]
+    expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes)
+
+
+def _signed_labels(q_len: int, k_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x[i, c] = k_len - 1 - c, and the answer: (i, j) holds i + k_len - q_len - j."""
+    width = k_len + q_len - 1
+    x = (k_len - 1 - _arange(width)).float().expand(q_len, width).clone()
+    i = _arange(q_len)[:, None]
+    j = _arange(k_len)[None, :]
+    return x, (i + k_len - q_len - j).float()
+
+
+def check_rel_shift_bidirectional(fn) -> None:
+    """Public check of ``rel_shift_bidirectional(x)``."""
+    gen = torch.Generator().manual_seed(72)
+    for q_len, k_len in ((3, 5), (4, 4)):
+        x, want = _signed_labels(q_len, k_len)
+        _bidirectional_case(
+            fn,
+            x,
+            f"x with x[i, c] = k_len - 1 - c, q_len={q_len}, k_len={k_len}; entry "
+            "(i, j) must hold the signed distance i + k_len - q_len - j",
+            expected=want,
+        )
+    _bidirectional_case(fn, _randn(gen, 2, 3, 4, 9), "x of shape (2, 3, 4, 9)")
+    passed("rel_shift_bidirectional", public=True)
+
+
+def grade_rel_shift_bidirectional(fn) -> None:
+    """Hidden grader: single queries, q_len = k_len, long memories, any number of
+    leading dimensions, distance labels."""
+    gen = torch.Generator().manual_seed(73)
+    shapes = [(5, 9), (1, 1), (1, 6), (2, 6, 11), (2, 2, 2, 3, 7), (2, 3, 7, 22)]
+    for _ in range(4):
+        q_len = int(torch.randint(1, 9, (1,), generator=gen))
+        k_len = q_len + int(torch.randint(0, 9, (1,), generator=gen))
+        shapes.append((2, q_len, k_len + q_len - 1))
+    for shape in shapes:
+        _bidirectional_case(fn, _randn(gen, *shape), f"x of shape {shape}")
+    for q_len, k_len in ((1, 4), (6, 6), (2, 10)):
+        x, want = _signed_labels(q_len, k_len)
+        _bidirectional_case(
+            fn, x, f"labelled x, q_len={q_len}, k_len={k_len}", expected=want
+        )
+    passed("rel_shift_bidirectional", public=False, detail=f"{len(shapes) + 3} cases")

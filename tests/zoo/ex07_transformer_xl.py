@@ -204,9 +204,100 @@ def scores_bias_added_to_q_in_place(q, k, r, u, v):
     return scores.masked_fill(_future(q_len, k_len), float("-inf"))
 
 
+# --- rel_shift_bidirectional: correct
+
+
+def bishift_pad_reshape(x):
+    """The causal recipe on the wider input, then the first k_len columns."""
+    *lead, q_len, width = x.shape
+    k_len = width - q_len + 1
+    padded = F.pad(x, (1, 0)).reshape(*lead, width + 1, q_len)
+    return padded[..., 1:, :].reshape(*lead, q_len, width)[..., :k_len]
+
+
+def bishift_gather(x):
+    """out[i, j] = x[i, j + q_len - 1 - i] as one gather."""
+    q_len, width = x.shape[-2:]
+    k_len = width - q_len + 1
+    i = torch.arange(q_len)[:, None]
+    j = torch.arange(k_len)[None, :]
+    return x.gather(-1, (j + q_len - 1 - i).expand(*x.shape[:-1], k_len))
+
+
+def bishift_loop(x):
+    """A loop over rows: row i is the slice starting at column q_len - 1 - i."""
+    q_len, width = x.shape[-2:]
+    k_len = width - q_len + 1
+    rows = [x[..., i, q_len - 1 - i : q_len - 1 - i + k_len] for i in range(q_len)]
+    return torch.stack(rows, dim=-2)
+
+
+def bishift_unfold(x):
+    """Sliding windows of length k_len over each row, window q_len - 1 - i for row i."""
+    q_len, width = x.shape[-2:]
+    k_len = width - q_len + 1
+    windows = x.unfold(-1, k_len, 1)  # (..., Lq, Lq, Lk): window w starts at column w
+    i = torch.arange(q_len)
+    return windows[..., i, q_len - 1 - i, :]
+
+
+# --- rel_shift_bidirectional: wrong (each one seen in ports of XLNet / Transformer-XL)
+
+
+def bishift_xlnet_without_pad(x):
+    """XLNet's rel_shift (reshape, drop the first row, reshape, slice) copied without
+    its extra distance column: every row reads one column too far right."""
+    *lead, q_len, width = x.shape
+    k_len = width - q_len + 1
+    y = x.reshape(*lead, width, q_len)[..., 1:, :]
+    return y.reshape(*lead, q_len, width - 1)[..., :k_len]
+
+
+def bishift_last_columns(x):
+    *lead, q_len, width = x.shape
+    k_len = width - q_len + 1
+    padded = F.pad(x, (1, 0)).reshape(*lead, width + 1, q_len)
+    return padded[..., 1:, :].reshape(*lead, q_len, width)[..., -k_len:]
+
+
+def bishift_masked_like_causal(x):
+    """Zeroes the keys after the query, as after the causal shift."""
+    out = bishift_gather(x)
+    q_len, k_len = out.shape[-2:]
+    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(k_len - q_len + 1)
+    return out.masked_fill(future, 0.0)
+
+
+def bishift_k_len_off_by_one(x):
+    """Takes k_len = width - q_len."""
+    *lead, q_len, width = x.shape
+    padded = F.pad(x, (1, 0)).reshape(*lead, width + 1, q_len)
+    return padded[..., 1:, :].reshape(*lead, q_len, width)[..., : width - q_len]
+
+
+def bishift_all_columns(x):
+    """Returns the shifted rows with all k_len + q_len - 1 columns."""
+    *lead, q_len, width = x.shape
+    padded = F.pad(x, (1, 0)).reshape(*lead, width + 1, q_len)
+    return padded[..., 1:, :].reshape(*lead, q_len, width)
+
+
+def bishift_calls_library(x):
+    return course_lib.rel_shift_bidirectional(x)
+
+
+def bishift_imported_from_library(x):
+    from course_lib.transformer_xl import rel_shift_bidirectional
+
+    return rel_shift_bidirectional(x)
+
+
 CORRECT = {
     "rel_shift": [shift_pad_reshape, shift_gather, shift_loop_zeros, shift_roll_rows],
     "rel_attention_scores": [scores_shift, scores_four_terms, scores_einsum_where],
+    "rel_shift_bidirectional": [
+        bishift_pad_reshape, bishift_gather, bishift_loop, bishift_unfold,
+    ],
 }
 
 WRONG = {
@@ -230,9 +321,17 @@ WRONG = {
         (scores_masked_with_zero, "they must be -inf", True),
         (scores_bias_added_to_q_in_place, "changed its input q in place", True),
     ],
+    "rel_shift_bidirectional": [
+        (bishift_xlnet_without_pad, "XLNet's shift", True),
+        (bishift_last_columns, "LAST k_len columns", True),
+        (bishift_masked_like_causal, "zeroed as in the causal shift", True),
+        (bishift_k_len_off_by_one, "not width - q_len", True),
+        (bishift_all_columns, "as many as x has", True),
+    ],
 }
 
 CALLS_LIBRARY = {
     "rel_shift": shift_calls_library,
     "rel_attention_scores": scores_calls_library,
+    "rel_shift_bidirectional": [bishift_calls_library, bishift_imported_from_library],
 }
