@@ -164,12 +164,19 @@ def test_exercise_3_asks_for_values_chapter_3_does_not_print() -> None:
         assert "p - q" not in message and "depends only" not in message
 
 
-# Issue 19: the zoo mistakes of exercises 3 and 4 that the PUBLIC check names (every
-# one: the public cases include a bias, a grouped-query key projection, float64
-# weights and all three hand-computed values).
-EX03_EX04_PUBLIC_CATCHES = {
-    "offset_matrix": {fn.__name__ for fn, _, _ in z03.WRONG["offset_matrix"]},
-    "interleaved_to_half_weights": {
+# Issue 19: the zoo mistakes of exercises 1-4 that the PUBLIC check names: every one.
+# The public cases include a float64 input (ex01), a table past position 256 and
+# padding between real tokens (ex02), a negative offset (ex03), far positions, a bias,
+# a grouped-query key projection and float64 weights (ex04).
+PUBLIC_CATCHES_EX01_EX04 = {
+    name: {fn.__name__ for fn, _, _ in zoo.WRONG[name]}
+    for zoo in (z01, z02, z03, z04)
+    for name in zoo.WRONG
+}
+
+
+def test_public_catches_name_the_weight_conversion_mistakes() -> None:
+    assert PUBLIC_CATCHES_EX01_EX04["interleaved_to_half_weights"] == {
         "weights_whole_matrix",
         "weights_reverse_direction",
         "weights_columns",
@@ -177,14 +184,13 @@ EX03_EX04_PUBLIC_CATCHES = {
         "weights_head_dim_from_width",
         "weights_in_place",
         "weights_float32",
-    },
-}
+    }
 
 
-@pytest.mark.parametrize("name", sorted(EX03_EX04_PUBLIC_CATCHES))
-def test_public_check_of_ex03_ex04_catches_the_listed_mistakes(name, capsys) -> None:
+@pytest.mark.parametrize("name", sorted(PUBLIC_CATCHES_EX01_EX04))
+def test_public_check_of_ex01_to_ex04_catches_every_zoo_mistake(name, capsys) -> None:
     check, _ = _graders(name)
-    zoo = z03 if name in z03.WRONG else z04
+    zoo = next(z for z in (z01, z02, z03, z04) if name in z.WRONG)
     caught = set()
     for fn, fragment, _public in zoo.WRONG[name]:
         try:
@@ -193,7 +199,7 @@ def test_public_check_of_ex03_ex04_catches_the_listed_mistakes(name, capsys) -> 
             assert fragment in str(exc), (fn.__name__, str(exc))
             caught.add(fn.__name__)
     capsys.readouterr()
-    assert caught == EX03_EX04_PUBLIC_CATCHES[name]
+    assert caught == PUBLIC_CATCHES_EX01_EX04[name]
     marked = {fn.__name__ for fn, _, public in zoo.WRONG[name] if public}
     assert marked == caught
 

@@ -140,14 +140,17 @@ def _check_equivariance(self_attention: Callable, seed: int, perm: list[int]) ->
 
 
 def _public_self_attention(self_attention: Callable) -> None:
-    """Public cases: one sequence, one batch, and permutation equivariance."""
+    """Public cases: one sequence, one batch, a float64 input, and permutation
+    equivariance."""
     _check_attention_case(self_attention, 0, None, 5, 4, 3, 2)
     _check_attention_case(self_attention, 1, 2, 5, 4, 3, 2)
+    _check_attention_case(self_attention, 3, None, 4, 3, 2, 2, torch.float64)
     _check_equivariance(self_attention, 2, [3, 0, 4, 1, 2])
 
 
 def check_self_attention(self_attention: Callable) -> None:
-    """Public check: one sequence, one batch, and permutation equivariance."""
+    """Public check: one sequence, one batch, a float64 input, and permutation
+    equivariance."""
     _public_self_attention(self_attention)
     passed("self_attention", public=True)
 

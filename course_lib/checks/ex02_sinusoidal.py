@@ -139,13 +139,15 @@ def _check_encoding(sinusoidal_encoding: Callable, max_len: int, d_model: int, *
 
 
 def _public_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
-    """Public cases: two small tables, compared entry by entry."""
+    """Public cases: two small tables and a long one (positions past 256, where
+    bfloat16 positions or a short cached table go wrong), compared entry by entry."""
     _check_encoding(sinusoidal_encoding, 6, 4, properties=True)
     _check_encoding(sinusoidal_encoding, 10, 8, properties=True)
+    _check_encoding(sinusoidal_encoding, 1100, 8, properties=True)
 
 
 def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
-    """Public check: two small tables, compared entry by entry."""
+    """Public check: two small tables and a long one, compared entry by entry."""
     _public_sinusoidal_encoding(sinusoidal_encoding)
     passed("sinusoidal_encoding", public=True)
 
@@ -155,7 +157,7 @@ def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
     _public_sinusoidal_encoding(sinusoidal_encoding)
     # (1100, 8): positions beyond 256 and 512, where a table cached for a fixed length
     # or positions rounded to a low precision (bfloat16 is exact only up to 256) fail.
-    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64), (1100, 8))
+    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64), (1500, 10))
     for max_len, d_model in cases:
         _check_encoding(sinusoidal_encoding, max_len, d_model, properties=True)
     got = _check_encoding(sinusoidal_encoding, 200, 32, properties=True).double()
@@ -199,6 +201,7 @@ def _padding_mistakes(mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
 _PUBLIC_MASKS = [
     [[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]],
     [[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]],
+    [[1, 0, 1, 1, 0], [0, 1, 0, 1, 1]],  # padding between real tokens
 ]
 
 
@@ -239,7 +242,8 @@ def _check_position_ids(position_ids_from_attention_mask: Callable,
 def _public_position_ids_from_attention_mask(
     position_ids_from_attention_mask: Callable,
 ) -> None:
-    """Public cases: a left- and right-padded batch, and a batch of left padding."""
+    """Public cases: a left- and right-padded batch, a batch of left padding, and
+    padding between real tokens."""
     for rows in _PUBLIC_MASKS:
         _check_position_ids(position_ids_from_attention_mask, torch.tensor(rows))
 
@@ -247,7 +251,8 @@ def _public_position_ids_from_attention_mask(
 def check_position_ids_from_attention_mask(
     position_ids_from_attention_mask: Callable,
 ) -> None:
-    """Public check: a left- and right-padded batch, and a batch of left padding."""
+    """Public check: a left- and right-padded batch, a batch of left padding, and
+    padding between real tokens."""
     _public_position_ids_from_attention_mask(position_ids_from_attention_mask)
     passed("position_ids_from_attention_mask", public=True)
 

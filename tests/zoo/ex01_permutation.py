@@ -255,7 +255,7 @@ WRONG = {
         (sa_keys_times_queries, "K Q^T instead of Q K^T", True),
         (sa_returns_weights, "attention-weight matrix", True),
         (sa_weights_times_x, "multiply x instead of the values", True),
-        (sa_always_float32, "should keep the dtype of x", False),
+        (sa_always_float32, "should keep the dtype of x", True),
         (sa_scales_w_q_in_place, "changed its input w_q in place", True),
     ],
     "permutation_matrix": [

@@ -335,8 +335,8 @@ WRONG = {
         (rope_sin_times_x, "the sine term must multiply the rotated partner", True),
         (rope_float64_output, "instead of torch.float32; the task asks for the dtype "
                               "of x", True),
-        (rope_bfloat16_positions, "4095, 4096, 5000] has", False),
-        (rope_cache_of_2048, "4095, 4096, 5000] has", False),
+        (rope_bfloat16_positions, "4095, 4096, 5000] has", True),
+        (rope_cache_of_2048, "4095, 4096, 5000] has", True),
         (rope_shifts_positions, "changed its input positions in place", True),
     ],
     "interleaved_to_half_weights": [
