@@ -143,7 +143,7 @@ def _public_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
     bfloat16 positions or a short cached table go wrong), compared entry by entry."""
     _check_encoding(sinusoidal_encoding, 6, 4, properties=True)
     _check_encoding(sinusoidal_encoding, 10, 8, properties=True)
-    _check_encoding(sinusoidal_encoding, 1100, 8, properties=True)
+    _check_encoding(sinusoidal_encoding, 300, 4, properties=True)
 
 
 def check_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
@@ -157,7 +157,7 @@ def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
     _public_sinusoidal_encoding(sinusoidal_encoding)
     # (1100, 8): positions beyond 256 and 512, where a table cached for a fixed length
     # or positions rounded to a low precision (bfloat16 is exact only up to 256) fail.
-    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64), (1500, 10))
+    cases = ((1, 2), (1, 6), (7, 2), (12, 16), (50, 6), (128, 64), (1100, 8))
     for max_len, d_model in cases:
         _check_encoding(sinusoidal_encoding, max_len, d_model, properties=True)
     got = _check_encoding(sinusoidal_encoding, 200, 32, properties=True).double()
