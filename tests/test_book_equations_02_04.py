@@ -12,6 +12,7 @@ from closed forms written out here, brute force, or SymPy.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -604,3 +605,28 @@ def test_per_head_conversion_is_the_llama_conversion_scripts_permute(
     assert torch.equal(back, w)
     assert torch.equal(cl.rope_half_to_interleaved_weights(converted, n_heads,
                                                            head_dim), w)
+
+
+@pytest.mark.parametrize(("chapter", "graded"), [
+    ("02-sinusoidal", ["sinusoidal_encoding", "position_ids_from_attention_mask"]),
+    ("03-rotation", ["offset_matrix"]),
+    ("04-rope", ["apply_rope", "_rotate", "apply_rope_complex",
+                 "rope_interleaved_to_half_weights", "_permute_head_rows"]),
+])
+def test_class_edition_sources_list_no_graded_code(chapter: str, graded: list) -> None:
+    """Issue 19, source level (test_publish checks the built HTML): the class edition
+    of chapters 2-4 lists none of the graded functions, and no cell assembles a whole
+    graded table (chapter 2's former pe_by_loops, chapter 4's stacked block-matrix
+    rotation, chapter 3's block_diag of the SymPy block)."""
+    from course_lib.grading.launch import strip_open_only
+
+    root = Path(__file__).resolve().parent.parent
+    full = (root / "book" / f"{chapter}.md").read_text(encoding="utf-8")
+    text = strip_open_only(full)
+    assert text != full  # the open edition has the solution dropdown
+    for name in graded:
+        assert f":pyobject: {name}\n" in full
+        assert f":pyobject: {name}\n" not in text
+    for pattern in ("def pe_by_loops", "*[torch.tensor(block_fn(shift, om)",
+                    "for pos in range(seq)], dim=-2"):
+        assert pattern not in text
