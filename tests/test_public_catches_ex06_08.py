@@ -25,12 +25,12 @@ PUBLIC_CATCHES = {
         "index_not_clipped", "index_queries_first", "index_query_minus_key",
         "index_transposed",
     }),
-    # Hidden only: both concern calls without keyword arguments (the defaults), which
-    # the public check does not make, so as not to print the default buckets.
+    # Every mistake public, the default arguments included (the public check also
+    # calls the function with the relative positions alone).
     "t5_relative_position_bucket": (g06, z06, {
         "bucket_abs_in_place", "bucket_causal_abs", "bucket_float",
         "bucket_log_of_max_distance", "bucket_no_clamp", "bucket_no_halving",
-        "bucket_sign_flipped",
+        "bucket_sign_flipped", "bucket_causal_default", "bucket_without_defaults",
     }),
     "rel_shift": (g07, z07, {
         "shift_ascending", "shift_drop_last_row", "shift_identity", "shift_into_x",

@@ -298,9 +298,11 @@ _BUCKET_PUBLIC = [
 
 
 def check_t5_relative_position_bucket(fn) -> None:
-    """Public check of ``t5_relative_position_bucket``."""
+    """Public check of ``t5_relative_position_bucket``: three settings and a call
+    with the default arguments (T5's, as the signature of the task says)."""
     for case in _BUCKET_PUBLIC:
         _check_bucket_case(fn, *case)
+    _check_bucket_defaults(fn)
     passed("t5_relative_position_bucket", public=True)
 
 
