@@ -46,11 +46,6 @@ def _check_real(fn: str, name: str, x: object) -> object:
     return x
 
 
-def _softplus(x: torch.Tensor) -> torch.Tensor:
-    """``log(1 + e^x)`` without overflow and without a linear cut-off."""
-    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
-
-
 def da_rescale(
     distance: torch.Tensor | float,
     w: torch.Tensor | float,
@@ -107,7 +102,11 @@ def da_rescale(
             f"distance, w and v must broadcast together, got distance "
             f"{tuple(d_t.shape)}, w {tuple(w_t.shape)}, v {tuple(v_t.shape)}",
         )
-    return torch.exp(_softplus(v_t) - _softplus(v_t - w_t * d_t))
+    x = v_t - w_t * d_t
+    # softplus(y) = log(1 + e^y) = max(y, 0) + log1p(e^-|y|): no overflow, no cut-off
+    softplus_v = v_t.clamp(min=0) + torch.log1p(torch.exp(-v_t.abs()))
+    softplus_x = x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+    return torch.exp(softplus_v - softplus_x)
 
 
 def da_attention(
@@ -212,10 +211,12 @@ def da_flex_attention(
 
     ``flex_attention`` hands the ``score_mod`` the scaled score ``q.k / sqrt(d)`` and
     the indices; since ``sqrt(d) > 0``, ``ReLU(q.k) R_hat / sqrt(d)`` equals
-    ``ReLU(q.k / sqrt(d)) R_hat``, so the modified score is exactly DA's logit. The
-    compiled kernel computes it score by score: no ``(L_q, L_k)`` scores or
-    coefficients are stored, unlike :func:`da_attention`. With ``causal``, a block
-    mask skips the blocks above the diagonal.
+    ``ReLU(q.k / sqrt(d)) R_hat``, so the modified score is exactly DA's logit.
+    ``R_hat`` depends only on the head and the distance ``|i' - j| < k_len``, so it is
+    tabulated once, ``(heads, k_len)``; the compiled kernel computes each score and
+    reads its coefficient from the table: no ``(L_q, L_k)`` scores are stored, unlike
+    :func:`da_attention`. With ``causal``, a block mask skips the blocks above the
+    diagonal.
 
     Args:
         q, k, v, w, v_bias, causal: as for :func:`da_attention`.
@@ -247,13 +248,13 @@ def da_flex_attention(
                 fn, f"{name} must have shape (heads,) = ({n_heads},), got {describe(p)}"
             )
     offset = k_len - q_len
-    w_h = w.to(device=q.device, dtype=q.dtype)  # (H,)
-    v_h = v_bias.to(device=q.device, dtype=q.dtype)  # (H,)
+    distances = torch.arange(k_len, device=q.device, dtype=q.dtype)  # (Lk,)
+    table = da_rescale(
+        distances, w.to(q)[:, None], v_bias.to(q)[:, None]
+    )  # (H, Lk): R_hat of head h at distance t
 
     def da_score_mod(score, b, h, q_idx, kv_idx):
-        distance = (q_idx + offset - kv_idx).abs().to(score.dtype)
-        log_r_hat = _softplus(v_h[h]) - _softplus(v_h[h] - w_h[h] * distance)
-        return torch.relu(score) * torch.exp(log_r_hat)
+        return torch.relu(score) * table[h, (q_idx + offset - kv_idx).abs()]
 
     block_mask = _causal_block_mask(q_len, k_len, q.device) if causal else None
     attend = _compiled_flex_attention() if compiled else flex_attention
