@@ -54,11 +54,9 @@ def test_every_graded_function_has_a_zoo() -> None:
         "rel_shift_bidirectional",
         "da_rescale",
         "da_attention",
-        "fixed_sinusoidal_encoding",
-        "fixed_alibi_slopes",
-        "fixed_apply_rope",
-        "fixed_rel_attention_scores",
-        "fixed_position_ids",
+        "fixed_rope_cos_sin",
+        "fixed_decode_position_ids",
+        "fixed_sliding_window_mask",
     }
     assert set(NAMES) == expected
     for grader, zoo in PAIRS:
@@ -286,11 +284,9 @@ def _notebook_namespace(assignment: str, *, kinds=("answer", "locked")) -> dict:
 
 
 BUGGY = {
-    "buggy_sinusoidal_encoding": "fixed_sinusoidal_encoding",
-    "buggy_alibi_slopes": "fixed_alibi_slopes",
-    "buggy_apply_rope": "fixed_apply_rope",
-    "buggy_rel_attention_scores": "fixed_rel_attention_scores",
-    "buggy_position_ids": "fixed_position_ids",
+    "buggy_rope_cos_sin": "fixed_rope_cos_sin",
+    "buggy_decode_position_ids": "fixed_decode_position_ids",
+    "buggy_sliding_window_mask": "fixed_sliding_window_mask",
 }
 
 
@@ -348,11 +344,9 @@ GRADED = {
     ],
     "ex08_da": ["da_rescale", "da_attention"],
     "ex09_bug_zoo": [
-        "fixed_sinusoidal_encoding",
-        "fixed_alibi_slopes",
-        "fixed_apply_rope",
-        "fixed_rel_attention_scores",
-        "fixed_position_ids",
+        "fixed_rope_cos_sin",
+        "fixed_decode_position_ids",
+        "fixed_sliding_window_mask",
     ],
 }
 
@@ -406,6 +400,34 @@ def test_source_notebook_has_the_contracted_cells(assignment) -> None:
     chapter = re.search(r"\(\.\./\.\./book/(\d\d-[a-z-]+)\.md\)", intro.source)
     assert chapter and chapter.group(1).startswith(assignment[2:4])
     assert f"file: book/{chapter.group(1)}\n" in (ROOT / "_toc.yml").read_text()
+
+
+REPORT = re.compile(r"[\w.-]+/[\w.-]+(?:\s+issues?|\s+pull\s+request)?\s+#\d+|"
+                    r"[\w.-]+/[\w.-]+#\d+")
+
+
+def test_the_bug_zoo_takes_reported_bugs_that_chapter_9_does_not_print() -> None:
+    """ex09's bugs come from public repositories, cited in the notebook (repository
+    and issue or pull request) and in the grader's message that names the bug; none
+    of their buggy lines is printed by chapter 9, whose errata come with fixes."""
+    nb = nbformat.read(ROOT / "solutions/ex09_bug_zoo/ex09_bug_zoo.ipynb", 4)
+    chapter = (ROOT / "book/09-conventions-errata.md").read_text()
+    cells = nb.cells
+    for grade_id in BUGGY:
+        cell = next(c for c in cells if _meta(c).get("grade_id") == grade_id)
+        before = cells[cells.index(cell) - 1]
+        assert before.cell_type == "markdown" and REPORT.search(before.source), (
+            grade_id)
+        body = [line.strip() for line in cell.source.splitlines()[2:]
+                if line.strip() and not line.strip().startswith(("#", '"""'))]
+        for line in body:
+            assert line.split("  #")[0] not in chapter, (grade_id, line)
+    namespace = _notebook_namespace("ex09_bug_zoo", kinds=("locked",))
+    for buggy, fixed in BUGGY.items():
+        check, _ = _graders(fixed)
+        with pytest.raises(CheckFailed) as info:
+            check(namespace[buggy])
+        assert REPORT.search(str(info.value)), str(info.value)
 
 
 def test_the_bug_zoo_buggy_cells_are_read_only_and_released() -> None:

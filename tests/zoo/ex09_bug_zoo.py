@@ -1,6 +1,6 @@
 """Bug zoo of exercise 9: the notebook's buggy functions (which the graders must
-reject as "still the buggy version"), other wrong fixes, and correct fixes written
-in several styles.
+reject as "still the buggy version"), the other wrong fixes reported in the same
+repositories, and correct fixes written in several styles.
 
 ``WRONG[name]`` lists ``(function, fragment, public)``: ``public`` says whether the
 public check (not only the hidden grader) must reject it too.
@@ -11,368 +11,235 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 import course_lib
 
-# --- fixed_sinusoidal_encoding
+# --- fixed_rope_cos_sin
 
 
-def sinusoid_buggy(max_len, d_model):
-    """The notebook's buggy loop: i already steps by 2, and 2 * i doubles it."""
-    pe = torch.zeros(max_len, d_model)
-    for pos in range(max_len):
-        for i in range(0, d_model, 2):
-            denominator = 10000 ** (2 * i / d_model)
-            pe[pos, i] = math.sin(pos / denominator)
-            pe[pos, i + 1] = math.cos(pos / denominator)
-    return pe
+def cos_sin_buggy(positions, head_dim, dtype):
+    """The notebook's buggy tables (EleutherAI/gpt-neox#1003): all in ``dtype``."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    inv_freq = inv_freq.to(dtype)
+    t = positions.to(dtype)
+    freqs = t[:, None] * inv_freq[None, :]
+    return freqs.cos(), freqs.sin()
 
 
-def sinusoid_loop_fixed(max_len, d_model):
-    pe = torch.zeros(max_len, d_model)
-    for pos in range(max_len):
-        for i in range(0, d_model, 2):
-            denominator = 10000 ** (i / d_model)
-            pe[pos, i] = math.sin(pos / denominator)
-            pe[pos, i + 1] = math.cos(pos / denominator)
-    return pe
+def cos_sin_float32(positions, head_dim, dtype):
+    """Hugging Face's fix: float32 frequencies and positions, cast at the end."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    return freqs.cos().to(dtype), freqs.sin().to(dtype)
 
 
-def sinusoid_exp_log(max_len, d_model):
-    """The PyTorch tutorial's form: float32 exp(-log(10000) * 2i / d)."""
-    position = torch.arange(max_len, dtype=torch.float32)[:, None]
-    div_term = torch.exp(
-        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+def cos_sin_float64_loop(positions, head_dim, dtype):
+    cos = torch.empty(len(positions), head_dim // 2, dtype=torch.float64)
+    sin = torch.empty_like(cos)
+    for s, p in enumerate(positions.tolist()):
+        for i in range(head_dim // 2):
+            angle = p * 10000.0 ** (-2 * i / head_dim)
+            cos[s, i], sin[s, i] = math.cos(angle), math.sin(angle)
+    return cos.to(dtype), sin.to(dtype)
+
+
+def cos_sin_polar(positions, head_dim, dtype):
+    theta = torch.exp(
+        -math.log(10000.0) * torch.arange(0, head_dim, 2, dtype=torch.float64)
+        / head_dim
     )
-    pe = torch.zeros(max_len, d_model)
-    pe[:, 0::2] = torch.sin(position * div_term)
-    pe[:, 1::2] = torch.cos(position * div_term)
-    return pe
+    z = torch.polar(torch.ones(len(positions), head_dim // 2, dtype=torch.float64),
+                    positions.double()[:, None] * theta)
+    return z.real.to(dtype), z.imag.to(dtype)
 
 
-def sinusoid_concat(max_len, d_model):
-    angles = sinusoid_angles(max_len, d_model)
-    return torch.cat((angles.sin(), angles.cos()), dim=-1)
+def cos_sin_frequencies_cast(positions, head_dim, dtype):
+    """inv_freq rounded to dtype (transformers#25681, sglang-jax#1472), product in
+    float32."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = positions.float()[:, None] * inv_freq.to(dtype).float()
+    return freqs.cos().to(dtype), freqs.sin().to(dtype)
 
 
-def sinusoid_angles(max_len, d_model):
-    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    return torch.arange(max_len, dtype=torch.float64)[:, None] * omega  # (L, d/2)
+def cos_sin_positions_cast(positions, head_dim, dtype):
+    """positions made with type_as of a low-precision tensor."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = positions.to(dtype).float()[:, None] * inv_freq
+    return freqs.cos().to(dtype), freqs.sin().to(dtype)
 
 
-def sinusoid_swapped(max_len, d_model):
-    angles = sinusoid_angles(max_len, d_model)
-    return torch.stack((angles.cos(), angles.sin()), dim=-1).flatten(-2).float()
+def cos_sin_float32_output(positions, head_dim, dtype):
+    """Right values, but float32 tables (transformers#24261)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    return freqs.cos(), freqs.sin()
 
 
-def sinusoid_positive_exponent(max_len, d_model):
-    omega = 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * omega
-    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2).float()
+def cos_sin_swapped(positions, head_dim, dtype):
+    cos, sin = cos_sin_float32(positions, head_dim, dtype)
+    return sin, cos
 
 
-def sinusoid_calls_library(max_len, d_model):
-    return course_lib.sinusoidal_encoding(max_len, d_model)
+def cos_sin_calls_library(positions, head_dim, dtype):
+    angles = course_lib.rope_angles(positions, head_dim)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-# --- fixed_alibi_slopes
+# --- fixed_decode_position_ids
 
 
-def slopes_buggy(n_heads):
-    """The notebook's buggy rule: right for powers of two only."""
-    return torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
+def decode_ids_buggy(attention_mask, n_new):
+    """The notebook's buggy ids (unslothai/unsloth#3699): one cache_position."""
+    batch, total = attention_mask.shape
+    cache_position = torch.arange(total - n_new, total)
+    return cache_position.expand(batch, n_new)
 
 
-def slopes_authors(n_heads):
-    """The authors' recursive get_slopes."""
-
-    def power_of_2(n):
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n_heads).is_integer():
-        return torch.tensor(power_of_2(n_heads))
-    closest = 2 ** math.floor(math.log2(n_heads))
-    extra = slopes_authors(2 * closest).tolist()[0::2][: n_heads - closest]
-    return torch.tensor(power_of_2(closest) + extra)
+def decode_ids_hf(attention_mask, n_new):
+    """Hugging Face's prepare_inputs_for_generation, with padding set to 0."""
+    position_ids = attention_mask.long().cumsum(-1) - 1
+    position_ids = position_ids.masked_fill(attention_mask == 0, 0)
+    return position_ids[:, -n_new:]
 
 
-def slopes_vectorised(n_heads):
-    closest = 1 << (n_heads.bit_length() - 1)
-    first = 2.0 ** (-8.0 * torch.arange(1, closest + 1) / closest)
-    odd = torch.arange(n_heads - closest) * 2 + 1
-    return torch.cat([first, 2.0 ** (-8.0 * odd / (2 * closest))]).float()
-
-
-def slopes_round_up(n_heads):
-    up = 1 << (n_heads - 1).bit_length()
-    return torch.tensor([2 ** (-8 * (h + 1) / up) for h in range(n_heads)])
-
-
-def slopes_reversed(n_heads):
-    return slopes_authors(n_heads).flip(0)
-
-
-def slopes_extra_from_second(n_heads):
-    closest = 1 << (n_heads.bit_length() - 1)
-    first = [2 ** (-8 * (h + 1) / closest) for h in range(closest)]
-    doubled = [2 ** (-8 * (h + 1) / (2 * closest)) for h in range(2 * closest)]
-    return torch.tensor(first + doubled[1::2][: n_heads - closest])
-
-
-def slopes_calls_library(n_heads):
-    return course_lib.alibi_slopes(n_heads)
-
-
-# --- fixed_apply_rope
-
-
-def _cos_sin(x, positions):
-    d = x.shape[-1]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
-    angles = positions[:, None].float() * inv_freq[None, :]  # (seq, d/2)
-    return torch.cos(angles), torch.sin(angles)
-
-
-def rope_buggy(x, positions):
-    """The notebook's buggy RoPE: reads pairs (2i, 2i+1), writes [firsts | seconds]."""
-    cos, sin = _cos_sin(x, positions)
-    return torch.cat(
-        [
-            x[..., ::2] * cos - x[..., 1::2] * sin,
-            x[..., ::2] * sin + x[..., 1::2] * cos,
-        ],
-        dim=-1,
-    )
-
-
-def rope_stack(x, positions):
-    cos, sin = _cos_sin(x, positions)
-    x1, x2 = x[..., ::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-
-
-def rope_complex(x, positions):
-    """Meta LLaMA's formulation: pairs as complex numbers times e^(i m theta)."""
-    cos, sin = _cos_sin(x, positions)
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
-    rotated = pairs * torch.complex(cos, sin)
-    return torch.view_as_real(rotated).flatten(-2)
-
-
-def rope_assign(x, positions):
-    cos, sin = _cos_sin(x, positions)
-    out = torch.empty_like(x)
-    out[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
-    out[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
+def decode_ids_loop(attention_mask, n_new):
+    batch, total = attention_mask.shape
+    out = torch.zeros(batch, n_new, dtype=torch.long)
+    for b in range(batch):
+        count = 0
+        for t in range(total):
+            real = bool(attention_mask[b, t])
+            if t >= total - n_new:
+                out[b, t - (total - n_new)] = count if real else 0
+            count += int(real)
     return out
 
 
-def rope_half(x, positions):
-    cos, sin = _cos_sin(x, positions)
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+def decode_ids_padding_count(attention_mask, n_new):
+    """Column index minus the padding before it (left padding only)."""
+    mask = attention_mask.long()
+    total = mask.shape[1]
+    padding_before = (1 - mask).cumsum(dim=1)  # (batch, total)
+    ids = (torch.arange(total) - padding_before) * mask
+    return ids[:, total - n_new:]
 
 
-def rope_clockwise(x, positions):
-    return rope_stack(x, -positions)
+def decode_ids_restart(attention_mask, n_new):
+    new = attention_mask[:, -n_new:].long()
+    return (new.cumsum(-1) - 1) * new
 
 
-def rope_ignores_positions(x, positions):
-    return rope_stack(x, torch.arange(x.shape[-2]))
+def decode_ids_one_based(attention_mask, n_new):
+    mask = attention_mask.long()
+    return (mask.cumsum(-1) * mask)[:, -n_new:]
 
 
-def rope_calls_library(x, positions):
-    return course_lib.apply_rope(x, positions)
+def decode_ids_minus_one(attention_mask, n_new):
+    return (attention_mask.long().cumsum(-1) - 1)[:, -n_new:]
 
 
-# --- fixed_rel_attention_scores
+def decode_ids_whole_row(attention_mask, n_new):
+    mask = attention_mask.long()
+    return (mask.cumsum(-1) - 1) * mask
 
 
-def _rel_shift(x):
-    *lead, q_len, k_len = x.shape
-    padded = F.pad(x, (1, 0)).reshape(*lead, k_len + 1, q_len)
-    return padded[..., 1:, :].reshape(*lead, q_len, k_len)
+def decode_ids_calls_library(attention_mask, n_new):
+    return course_lib.position_ids_from_attention_mask(attention_mask)[:, -n_new:]
 
 
-def scores_buggy(q, k, r, u, v):
-    """The notebook's buggy version: no mask after rel_shift."""
-    content = (q + u[:, None, :]) @ k.transpose(-1, -2)
-    position = _rel_shift((q + v[:, None, :]) @ r.transpose(-1, -2))
-    return (content + position) / math.sqrt(q.shape[-1])
+# --- fixed_sliding_window_mask
 
 
-def scores_fixed(q, k, r, u, v):
-    q_len, k_len = q.shape[2], k.shape[2]
-    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(k_len - q_len + 1)
-    return scores_buggy(q, k, r, u, v).masked_fill(future, float("-inf"))
+def window_buggy(q_len, k_len, window):
+    """The notebook's buggy mask (transformers#41228 before the fix)."""
+    offset = k_len - q_len
+    blocked = torch.ones(q_len, k_len, dtype=torch.bool).triu(offset + 1)
+    blocked = blocked.tril(offset + window)
+    return ~blocked
 
 
-def scores_fixed_where(q, k, r, u, v):
-    q_len, k_len = q.shape[2], k.shape[2]
-    query = torch.arange(q_len)[:, None] + k_len - q_len
-    keep = torch.arange(k_len)[None, :] <= query
-    return torch.where(keep, scores_buggy(q, k, r, u, v), -torch.inf)
+def window_triangles(q_len, k_len, window):
+    """Transformers#41228 after the fix: block the future and the far past."""
+    offset = k_len - q_len
+    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(offset + 1)
+    far = torch.ones(q_len, k_len, dtype=torch.bool).tril(offset - window)
+    return ~(future | far)
 
 
-def scores_mask_queries_first(q, k, r, u, v):
-    q_len, k_len = q.shape[2], k.shape[2]
-    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(1)
-    return scores_buggy(q, k, r, u, v).masked_fill(future, float("-inf"))
+def window_loop(q_len, k_len, window):
+    out = torch.zeros(q_len, k_len, dtype=torch.bool)
+    for i in range(q_len):
+        pos = i + k_len - q_len
+        for j in range(max(0, pos - window + 1), pos + 1):
+            out[i, j] = True
+    return out
 
 
-def scores_mask_diagonal_too(q, k, r, u, v):
-    q_len, k_len = q.shape[2], k.shape[2]
-    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(k_len - q_len)
-    return scores_buggy(q, k, r, u, v).masked_fill(future, float("-inf"))
+def window_one_too_many(q_len, k_len, window):
+    """window + 1 keys (transformers#29623, mlx-lm#390)."""
+    offset = k_len - q_len
+    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(offset + 1)
+    far = torch.ones(q_len, k_len, dtype=torch.bool).tril(offset - window - 1)
+    return ~(future | far)
 
 
-def scores_large_negative(q, k, r, u, v):
-    q_len, k_len = q.shape[2], k.shape[2]
-    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(k_len - q_len + 1)
-    return scores_buggy(q, k, r, u, v).masked_fill(future, -1e9)
+def window_queries_first(q_len, k_len, window):
+    back = torch.arange(q_len)[:, None] - torch.arange(k_len)[None, :]
+    return (back >= 0) & (back < window)
 
 
-def scores_calls_library(q, k, r, u, v):
-    return course_lib.rel_attention_scores(q, k, r, u, v)
+def window_two_sided(q_len, k_len, window):
+    """flash-attention window_size=(w - 1, w - 1) (transformers#39408)."""
+    back = (torch.arange(q_len)[:, None] + k_len - q_len) - torch.arange(k_len)[None, :]
+    return back.abs() < window
 
 
-# --- fixed_position_ids
+def window_float(q_len, k_len, window):
+    return window_loop(q_len, k_len, window).float()
 
 
-def ids_buggy(mask):
-    """The notebook's buggy version: padding gets -1."""
-    return torch.cumsum(mask, dim=1) * mask - 1
-
-
-def ids_fixed(mask):
-    mask = mask.long()
-    return (mask.cumsum(dim=1) - 1) * mask
-
-
-def ids_fixed_clamp(mask):
-    return ((mask.long().cumsum(-1) - 1).clamp(min=0) * mask).long()
-
-
-def ids_no_mask(mask):
-    return mask.long().cumsum(dim=1) - 1
-
-
-def ids_arange(mask):
-    return torch.arange(mask.shape[1]).expand(mask.shape[0], -1).clone()
-
-
-def ids_one_based(mask):
-    mask = mask.long()
-    return mask.cumsum(dim=1) * mask
-
-
-def ids_float(mask):
-    return ids_fixed(mask).float()
-
-
-def ids_calls_library(mask):
-    return course_lib.position_ids_from_attention_mask(mask)
-
-
-# --- found by the red team: bugs the first graders missed
-
-
-def rope_float64_output(x, positions):
-    """Right values, but float64 angles promote a float32 x to float64."""
-    d = x.shape[-1]
-    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = positions.double()[:, None] * theta  # (seq, d/2)
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack((a * angles.cos() - b * angles.sin(),
-                        a * angles.sin() + b * angles.cos()), -1).flatten(-2)
-
-
-def rope_into_x(x, positions):
-    """Right rotation, written back into the caller's x."""
-    return x.copy_(rope_stack(x, positions))
-
-
-def rope_cache_of_2048(x, positions):
-    """Angles cached for 2048 positions (wraps around beyond)."""
-    return rope_stack(x, positions % 2048)
-
-
-def ids_int16(mask):
-    """Right ids for short rows; int16 wraps around beyond 32767 tokens."""
-    return ids_fixed(mask).to(torch.int16)
-
-
-def ids_into_the_mask(mask):
-    """Right ids, written into the caller's integer mask."""
-    if mask.dtype == torch.bool:
-        return ids_fixed(mask)
-    return mask.copy_((mask.cumsum(dim=1) - 1) * mask)
+def window_calls_library(q_len, k_len, window):
+    causal = course_lib.causal_mask(q_len, k_len)
+    far = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len - window)
+    return causal & ~far
 
 
 CORRECT = {
-    "fixed_sinusoidal_encoding": [sinusoid_loop_fixed, sinusoid_exp_log],
-    "fixed_alibi_slopes": [slopes_authors, slopes_vectorised],
-    "fixed_apply_rope": [rope_stack, rope_complex, rope_assign],
-    "fixed_rel_attention_scores": [scores_fixed, scores_fixed_where],
-    "fixed_position_ids": [ids_fixed, ids_fixed_clamp],
+    "fixed_rope_cos_sin": [cos_sin_float32, cos_sin_float64_loop, cos_sin_polar],
+    "fixed_decode_position_ids": [decode_ids_hf, decode_ids_loop,
+                                  decode_ids_padding_count],
+    "fixed_sliding_window_mask": [window_triangles, window_loop],
 }
 
 WRONG = {
-    "fixed_sinusoidal_encoding": [
-        (
-            sinusoid_buggy,
-            "still the buggy version: the exponent is off by a factor of 2",
-            True,
-        ),
-        (sinusoid_concat, "concatenated [sin | cos] layout", True),
-        (sinusoid_swapped, "sin and cos are swapped", True),
-        (sinusoid_positive_exponent, "the exponent has the wrong sign", True),
+    "fixed_rope_cos_sin": [
+        (cos_sin_buggy, "still the buggy version: the angles p * theta_i are "
+                        "computed in float16", True),
+        (cos_sin_frequencies_cast, "frequencies theta_i are rounded", True),
+        (cos_sin_positions_cast, "the positions are rounded to", True),
+        (cos_sin_float32_output, "the task asks for the model's dtype", True),
+        (cos_sin_swapped, "cos and sin are swapped", True),
     ],
-    "fixed_alibi_slopes": [
-        (slopes_buggy, "still the buggy version: 2^(-8h/n) is only right", True),
-        (slopes_round_up, "rounds DOWN", True),
-        (slopes_reversed, "reversed order", True),
-        (slopes_extra_from_second, "wrong entr", True),
+    "fixed_decode_position_ids": [
+        (decode_ids_buggy, "still the buggy version: every row gets the same "
+                           "positions", True),
+        (decode_ids_restart, "restart at 0 with every call", True),
+        (decode_ids_one_based, "start at 1", True),
+        (decode_ids_minus_one, "padding columns get -1", True),
+        (decode_ids_whole_row, "has the wrong shape", True),
     ],
-    "fixed_apply_rope": [
-        (rope_buggy, "still the buggy version", True),
-        (rope_half, "rotate-half pairing", True),
-        (rope_clockwise, "clockwise", True),
-        (rope_ignores_positions, "positions argument is ignored", True),
-        (rope_float64_output, "instead of torch.float32; the task asks for the dtype "
-                              "of x", True),
-        (rope_into_x, "changed its input x in place", True),
-        (rope_cache_of_2048, "4096, 5000])) has", False),
-    ],
-    "fixed_rel_attention_scores": [
-        (
-            scores_buggy,
-            "still the buggy version: the entries for keys after the "
-            "query are not masked",
-            True,
-        ),
-        (scores_mask_queries_first, "queries are the LAST q_len", True),
-        (scores_mask_diagonal_too, "only keys after the query are masked", True),
-        (scores_large_negative, "they must be -inf", True),
-    ],
-    "fixed_position_ids": [
-        (ids_buggy, "still the buggy version: padding positions get -1", True),
-        (ids_no_mask, "multiply by the mask AFTER subtracting 1", True),
-        (ids_arange, "ignore the padding", True),
-        (ids_one_based, "start at 1", True),
-        (ids_float, "should hold integers", True),
-        (ids_int16, "should be a torch.long tensor, got torch.int16", True),
-        (ids_into_the_mask, "changed its input mask in place", True),
+    "fixed_sliding_window_mask": [
+        (window_buggy, "still the buggy version: the window's diagonal is ADDED",
+         True),
+        (window_one_too_many, "each query sees window + 1 keys", True),
+        (window_queries_first, "the LAST q_len", True),
+        (window_two_sided, "the window is two-sided", True),
+        (window_float, "should be a boolean tensor", True),
     ],
 }
 
 CALLS_LIBRARY = {
-    "fixed_sinusoidal_encoding": sinusoid_calls_library,
-    "fixed_alibi_slopes": slopes_calls_library,
-    "fixed_apply_rope": rope_calls_library,
-    "fixed_rel_attention_scores": scores_calls_library,
-    "fixed_position_ids": ids_calls_library,
+    "fixed_rope_cos_sin": cos_sin_calls_library,
+    "fixed_decode_position_ids": decode_ids_calls_library,
+    "fixed_sliding_window_mask": window_calls_library,
 }
