@@ -983,3 +983,29 @@ def test_f_softplus_cuts_off_above_twenty_the_library_does_not() -> None:
     cut = math.exp(F.softplus(torch.tensor(25.0, dtype=torch.float64)).item()
                    - F.softplus(torch.tensor(24.5, dtype=torch.float64)).item())
     assert abs(cut - want) / want > 1e-12
+
+
+def test_t5_has_one_table_per_stack_and_none_in_cross_attention() -> None:
+    """Chapter 6: one table per stack (bidirectional in the encoder, causal in the
+    decoder), shared by the stack's layers; cross-attention has no position bias."""
+    from transformers import T5Config, T5Model
+
+    torch.manual_seed(0)
+    config = T5Config(
+        d_model=8, d_kv=4, d_ff=16, num_heads=2, num_layers=2, num_decoder_layers=2,
+        vocab_size=11, relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    )
+    model = T5Model(config)
+    enc = model.encoder.block[0].layer[0].SelfAttention
+    dec = model.decoder.block[0].layer[0].SelfAttention
+    assert enc.has_relative_attention_bias and dec.has_relative_attention_bias
+    assert enc.relative_attention_bias is not dec.relative_attention_bias
+    assert not enc.is_decoder and dec.is_decoder  # bidirectional vs causal buckets
+    for block in model.decoder.block:
+        assert not block.layer[1].EncDecAttention.has_relative_attention_bias
+    for stack in (model.encoder, model.decoder):
+        later = stack.block[1:]
+        assert not any(
+            b.layer[0].SelfAttention.has_relative_attention_bias for b in later
+        )
