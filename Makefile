@@ -12,6 +12,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MATHJAX := _vendor/static/mathjax/es5/tex-mml-chtml.js
+# axe-core, for the accessibility test of the built book (not served with the book).
+AXE := _vendor/axe/axe.min.js
 SYSTEM_STAMP := _vendor/.system-packages
 # Debian packages the tests use: a real browser, a PostgreSQL server for the
 # gradebook test, bubblewrap for the grading sandbox.
@@ -41,6 +43,13 @@ $(MATHJAX):
 	cp -r _vendor/npm/node_modules/mathjax/es5 _vendor/static/mathjax/
 	rm -rf _vendor/npm
 
+$(AXE):
+	@command -v npm >/dev/null || { echo "error: npm is needed once to fetch axe-core for the accessibility test"; exit 1; }
+	rm -rf _vendor/npm-axe && mkdir -p _vendor/npm-axe _vendor/axe
+	npm install --silent --no-audit --no-fund --prefix _vendor/npm-axe axe-core@4
+	cp _vendor/npm-axe/node_modules/axe-core/axe.min.js _vendor/axe/
+	rm -rf _vendor/npm-axe
+
 $(SYSTEM_STAMP):
 	@mkdir -p _vendor
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -59,7 +68,7 @@ book: setup
 	@echo "The book is built. Open file://$(CURDIR)/_build/html/index.html"
 	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000"
 
-test: setup $(SYSTEM_STAMP)
+test: setup $(SYSTEM_STAMP) $(AXE)
 	$(BIN)/python -m pytest
 
 test-fast: setup

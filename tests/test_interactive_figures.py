@@ -334,6 +334,15 @@ def test_yarn_figure_draws_ramp_and_frequencies(tab, server: str) -> None:
 def test_every_slider_moves_by_keyboard_and_redraws(tab, server: str,
                                                     kind: str) -> None:
     _open(tab, server, kind)
+    # the plot is an image named by the caption's first sentence, described by the
+    # whole caption
+    plot = f"#pe-fig-{kind} svg.pe-plot"
+    assert tab.get_attribute(plot, "role") == "img"
+    label = tab.get_attribute(plot, "aria-label")
+    caption = tab.inner_text(f"#{tab.get_attribute(plot, 'aria-describedby')}")
+    assert label.startswith("Interactive figure: ") and len(caption) > 40
+    first = label.removeprefix("Interactive figure: ").split()[:3]
+    assert caption.split()[:3] == first, (label, caption)
     for slider in interactive.figure_data(kind)["sliders"]:
         ident = f"pe-{kind}-{slider['name']}"
         label = tab.inner_text(f"label[for='{ident}']")

@@ -12,14 +12,17 @@ The argument names one of ``course_lib.viz.interactive.FIGURES`` (``rope``,
 ``<input type="range">`` per slider (keyboard-movable, hidden until the script runs),
 an ``<output>`` showing each slider's value, an empty ``<svg>``, the data as JSON and
 a ``<noscript>`` line for readers without JavaScript; the caption follows as ordinary
-MyST text. ``_static/interactive/figures.js`` (vendored in ``book/_static``, loaded
-from the book itself, never from a CDN) draws the figure from the data: no algorithm of
-the library, graded or not, is copied into the JavaScript.
+MyST text. The ``<svg>`` is an image named by the caption's first sentence and
+described by the whole caption (``aria-describedby``).
+``_static/interactive/figures.js`` (vendored in ``book/_static``, loaded from the book
+itself, never from a CDN) draws the figure from the data: no algorithm of the library,
+graded or not, is copied into the JavaScript.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 from docutils import nodes
@@ -43,6 +46,18 @@ NOSCRIPT = (
     "Interactive figure: it needs JavaScript, which is off in this browser; the "
     "chapter's text and static figures say the same."
 )
+
+
+def first_sentence(node: nodes.Node, limit: int = 200) -> str:
+    """The first sentence of a node's text, on one line (math as its TeX source),
+    cut at a word before ``limit`` characters."""
+    text = re.sub(r"\s+", " ", node.astext()).strip()
+    match = re.search(r"[.!?](\s|$)", text)
+    if match:
+        text = text[: match.start() + 1]
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    return text
 
 
 class interactive_figure(nodes.General, nodes.Element):  # noqa: N801 - docutils style
@@ -96,20 +111,23 @@ class InteractiveFigure(SphinxDirective):
         for module in DATA_MODULES:
             self.env.note_dependency(str(module))
         sliders = figure_data(kind)["sliders"]
+        caption = nodes.container(classes=["pe-caption"], ids=[f"pe-caption-{kind}"])
+        self.state.nested_parse(self.content, self.content_offset, caption)
+        # The plot's name says what it shows (the caption's first sentence); the
+        # whole caption describes it.
+        label = html.escape(f"Interactive figure: {first_sentence(caption)}")
         block = (
             f'<div class="pe-interactive" data-kind="{kind}" id="pe-fig-{kind}">'
             f'<noscript><p class="pe-nojs">{NOSCRIPT}</p></noscript>'
             f'<div class="pe-controls" hidden>{_controls(kind, sliders)}</div>'
-            f'<svg class="pe-plot" role="img" hidden '
-            f'aria-label="interactive figure ({kind}); its caption follows" '
+            f'<svg class="pe-plot" role="img" hidden aria-label="{label}" '
+            f'aria-describedby="pe-caption-{kind}" '
             f'xmlns="http://www.w3.org/2000/svg"></svg>'
             f'<script type="application/json" class="pe-data">{figure_json(kind)}'
             f"</script></div>"
         )
         outer = nodes.container(classes=["pe-figure"])
         outer += interactive_figure(html=block)
-        caption = nodes.container(classes=["pe-caption"])
-        self.state.nested_parse(self.content, self.content_offset, caption)
         outer += caption
         if "name" in self.options:
             self.add_name(outer)
