@@ -96,13 +96,15 @@ class Cluster:
 
         self.client = Client(self.address, timeout=60, set_as_default=False)
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, preload: Path | None = None) -> None:
         folder = self.base / name
         folder.mkdir(exist_ok=True)
         log = (folder / "worker.log").open("a")
+        extra = ["--preload", str(preload)] if preload else []
         self.workers[name] = subprocess.Popen(
             [DASK, "worker", self.address, "--name", name, "--nthreads", "1"]
-            + ["--no-nanny", "--no-dashboard", "--local-directory", str(folder)],
+            + ["--no-nanny", "--no-dashboard", "--local-directory", str(folder)]
+            + extra,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=folder,
@@ -269,32 +271,51 @@ def test_rerun_on_the_cluster_skips_and_force_regrades(cluster_run, cluster):
     assert after == before
 
 
-def _busy_students(cluster: Cluster, name: str) -> list[str]:
-    """The students whose tasks the worker ``name`` holds now."""
-    tasks = cluster.client.processing().get(cluster.address_of(name), [])
-    return [str(k).split(f"autograde-{A}-", 1)[1].rsplit("-", 1)[0] for k in tasks]
+# A worker that takes a submission and then holds it: its task writes the student's
+# name to HOLD_MARK next to this file and blocks until the worker dies. A test kills
+# it once the mark is there, so the kill always lands while it holds a submission.
+_HOLDING_WORKER = """
+import threading
+from pathlib import Path
+from course_lib.grading import cluster
+
+def grade_task(shared, student, *args, **kwargs):
+    Path(__file__).with_name("HOLD_MARK").write_text(student)
+    threading.Event().wait()
+
+cluster.grade_task = grade_task
+"""
 
 
-def _kill_mid_task(
-    cluster: Cluster, name: str, run: subprocess.Popen, timeout: float = 300
-) -> list[str]:
-    """Wait until worker ``name`` grades (a process runs under it), kill it with
-    SIGKILL by its PID; the students it held."""
-    import psutil
+def _start_holding_worker(cluster: Cluster, name: str) -> Path:
+    """Start worker ``name`` as a holding worker beside the others, before the run
+    sends its submissions (so that it takes one); the file its mark goes to."""
+    folder = cluster.base / name
+    folder.mkdir(exist_ok=True)
+    preload = folder / "holding_worker.py"
+    preload.write_text(_HOLDING_WORKER)
+    mark = folder / "HOLD_MARK"
+    mark.unlink(missing_ok=True)
+    cluster.start(name, preload=preload)
+    cluster.wait(len(cluster.workers))
+    return mark
 
-    proc = cluster.workers[name]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and run.poll() is None:
-        held = _busy_students(cluster, name)
-        children = psutil.Process(proc.pid).children(recursive=True)
-        if held and children:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-            _log(f"killed worker {name} (pid {proc.pid}) while it held {held}")
-            return held
+
+def _kill_when_held(cluster: Cluster, name: str, mark: Path, run) -> str:
+    """Wait until the holding worker ``name`` holds a submission of ``run``, kill it
+    with SIGKILL by its PID; the student it held."""
+    deadline = time.monotonic() + 300  # a safety net: the mark comes, or the run ends
+    while not mark.exists():
+        if run.poll() is not None or time.monotonic() > deadline:
+            out, err = run.communicate()
+            raise AssertionError(f"{name} never took a submission:\n{out}\n{err}")
         time.sleep(0.1)
-    out, err = run.communicate()
-    raise AssertionError(f"worker {name} never started grading:\n{out}\n{err}")
+    proc = cluster.workers.pop(name)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    held = mark.read_text()
+    _log(f"killed worker {name} (pid {proc.pid}) while it held {held}")
+    return held
 
 
 def _graded_once(root: Path, reference: dict, students, db: str | None = None):
@@ -309,7 +330,8 @@ def _graded_once(root: Path, reference: dict, students, db: str | None = None):
 def test_a_worker_killed_mid_run(released, cluster, local_run, tmp_path):
     root = _copy(released, tmp_path / "course")
     cluster.ensure()
-    _log(f"grading {len(STUDENTS)} submissions on {cluster.address}, workers w1 w2")
+    mark = _start_holding_worker(cluster, "w3")
+    _log(f"grading {len(STUDENTS)} submissions on {cluster.address}, workers w1 w2 w3")
     run = subprocess.Popen(
         [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
         + ["--cluster", cluster.address, *LIMITS],
@@ -318,15 +340,15 @@ def test_a_worker_killed_mid_run(released, cluster, local_run, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    held = _kill_mid_task(cluster, "w1", run)
+    held = _kill_when_held(cluster, "w3", mark, run)
     stdout, stderr = run.communicate(timeout=600)
     _log(f"course autograde exited with {run.returncode}")
     for line in stdout.splitlines():
         _log(f"  | {line}")
     assert run.returncode == 0, stderr[-3000:]
     results = _graded_once(root, local_run[0], STUDENTS)
-    for student in held:  # retried on the other worker, graded as locally
-        _log(f"{student} (held by the killed worker): {results[student][:4]}")
+    # retried on another worker, graded as locally
+    _log(f"{held} (held by the killed worker): {results[held][:4]}")
     assert _table(stdout) == local_run[1]  # each student listed once, as locally
 
 
@@ -353,16 +375,47 @@ def test_unreachable_scheduler_one_line_and_nothing_written(released, tmp_path):
     assert after == before
 
 
-def _status_count(root: Path) -> int:
-    import sqlite3
+# `course autograde --cluster` as the CLI runs it, except that right after the
+# client has merged its N-th result from the cluster it sends a signal to a process:
+# itself (SIGINT, as Ctrl-C does) or the scheduler (SIGKILL). The fault lands at a
+# known point of the run, never after the run has already finished, however busy
+# the machine. Arguments: N, the PID (0: the client itself), the signal, then the
+# command line of `course`.
+_SIGNAL_AFTER = """
+import os, signal, sys
+from course_lib import cli
+from course_lib.grading import cluster
 
-    with sqlite3.connect(root / "gradebook.db") as con:
-        try:
-            return con.execute(
-                "SELECT count(*) FROM course_autograde_status WHERE status != ''"
-            ).fetchone()[0]
-        except sqlite3.OperationalError:  # no table yet
-            return 0
+n, pid, sig = int(sys.argv[1]), int(sys.argv[2]) or os.getpid(), int(sys.argv[3])
+real = cluster.grade_on_cluster
+
+
+def grade_on_cluster(client, spec, jobs, finish):
+    merged = []
+
+    def merge_then_signal(job, out):
+        finish(job, out)
+        merged.append(job.student)
+        if len(merged) == n:
+            os.kill(pid, sig)
+
+    return real(client, spec, jobs, merge_then_signal)
+
+cluster.grade_on_cluster = grade_on_cluster
+sys.exit(cli.main(sys.argv[4:]))
+"""
+
+
+def _course_signalling(n: int, pid: int, sig: int, *args: str, cwd: Path):
+    """``course *args`` that sends ``sig`` to ``pid`` (0: itself) after its
+    ``n``-th merge from the cluster (:data:`_SIGNAL_AFTER`)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_AFTER, str(n), str(pid), str(int(sig)), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
@@ -370,27 +423,19 @@ def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
 ):
     root = _copy(released, tmp_path / "course")
     cluster.ensure()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
-        + ["--cluster", cluster.address, *LIMITS],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 300
-    while _status_count(root) < 4 and time.monotonic() < deadline:
-        if run.poll() is not None:
-            break
-        time.sleep(0.2)
-    run.send_signal(signal.SIGINT)
+    n = 4
+    run = _course_signalling(
+        n, 0, signal.SIGINT, "autograde", A, "--no-progress",
+        "--cluster", cluster.address, *LIMITS, cwd=root,
+    )  # fmt: skip
     stdout, stderr = run.communicate(timeout=120)
     _log(f"Ctrl-C: exit {run.returncode}, stderr tail {stderr.strip()[-200:]!r}")
     assert run.returncode == 130, stderr[-3000:]
     assert "course autograde: interrupted" in stderr
     kept = _results(root)
     _log(f"kept after the interrupt: {len(kept)} of {len(STUDENTS)}")
-    assert 4 <= len(kept) < len(STUDENTS)
+    # the n merged from the cluster, and those found ungradable before any was sent
+    assert n <= len(kept) < len(STUDENTS)
     for student, row in kept.items():
         assert row[:6] == local_run[0][student][:6], student
     # no task of the interrupted run is left on the cluster
@@ -454,6 +499,7 @@ def test_postgresql_gradebook_with_a_killed_worker(
     out = _course("collect", str(inbox), "-a", A, cwd=root, db=postgres_url)
     assert out.returncode == 0, out.stderr
     cluster.ensure()
+    mark = _start_holding_worker(cluster, "w3")
     _log(f"PostgreSQL gradebook: grading {PG_STUDENTS} on {cluster.address}")
     run = subprocess.Popen(
         [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
@@ -463,7 +509,7 @@ def test_postgresql_gradebook_with_a_killed_worker(
         stderr=subprocess.PIPE,
         text=True,
     )
-    _kill_mid_task(cluster, "w2", run)
+    _kill_when_held(cluster, "w3", mark, run)
     stdout, stderr = run.communicate(timeout=600)
     _log(f"course autograde exited with {run.returncode}: {stdout.splitlines()[:1]}")
     assert run.returncode == 0, stderr[-3000:]
@@ -473,7 +519,7 @@ def test_postgresql_gradebook_with_a_killed_worker(
 
 def test_lost_scheduler_keeps_what_was_merged(released, local_run, tmp_path):
     """A cluster of its own (its scheduler is killed): one worker, six submissions;
-    the scheduler dies after the first result is merged."""
+    the scheduler is killed right after the first result is merged."""
     (tmp_path / "dask").mkdir()
     own = Cluster(tmp_path / "dask")
     try:
@@ -481,21 +527,11 @@ def test_lost_scheduler_keeps_what_was_merged(released, local_run, tmp_path):
         own.wait(1)
         root = _copy(released, tmp_path / "course")
         students = STUDENTS[:6]
-        run = subprocess.Popen(
-            [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
-            + ["--cluster", own.address, *LIMITS]
-            + [arg for s in students for arg in ("--student", s)],
-            cwd=root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 300
-        while _status_count(root) < 1 and time.monotonic() < deadline:
-            assert run.poll() is None, run.communicate()
-            time.sleep(0.1)
-        own.scheduler.kill()
-        _log(f"killed the scheduler (pid {own.scheduler.pid})")
+        run = _course_signalling(
+            1, own.scheduler.pid, signal.SIGKILL, "autograde", A, "--no-progress",
+            "--cluster", own.address, *LIMITS,
+            *[arg for s in students for arg in ("--student", s)], cwd=root,
+        )  # fmt: skip
         stdout, stderr = run.communicate(timeout=180)
         _log(f"lost scheduler: exit {run.returncode}, stderr {stderr!r}")
         assert run.returncode == 2, stdout + stderr
