@@ -12,7 +12,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__: list[str] = []  # helpers only; the figures live in the sibling modules
+# for the figure modules beside this one
+__all__ = ["DIVERGING", "annotate_cells", "new_figure", "styled"]
 
 
 # Small, consistent text: the figures must read well at about 650 px wide.
@@ -30,13 +31,13 @@ _RC = {
 }
 
 
-_DIVERGING = "RdBu_r"
+DIVERGING = "RdBu_r"
 
 
 _F = TypeVar("_F", bound=Callable[..., Figure])
 
 
-def _styled(fn: _F) -> _F:
+def styled(fn: _F) -> _F:
     """Draw ``fn``'s figure under the book's style (restored afterwards)."""
 
     @functools.wraps(fn)
@@ -56,11 +57,11 @@ class _BookFigure(Figure):
         return buf.getvalue()
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     return _BookFigure(figsize=(width, height), layout="constrained")
 
 
-def _annotate_cells(ax, values: np.ndarray, fmt: str = "{:.2f}", size: float = 7):
+def annotate_cells(ax, values: np.ndarray, fmt: str = "{:.2f}", size: float = 7):
     """Write each entry of a small matrix into its heatmap cell."""
     finite = values[np.isfinite(values)]
     mid = (finite.max() + finite.min()) / 2 if finite.size else 0.0

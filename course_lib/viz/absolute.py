@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from .._validate import fail, require_int, require_positive_int
-from ._common import _DIVERGING, _annotate_cells, _figure, _styled
+from ._common import DIVERGING, annotate_cells, new_figure, styled
 
 __all__ = [
     "plot_attention_permutation",
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-@_styled
+@styled
 def plot_attention_permutation(
     tokens: Sequence[str] = ("the", "cat", "chased", "the", "dog"),
     perm: Sequence[int] = (0, 4, 2, 3, 1),
@@ -82,7 +82,7 @@ def plot_attention_permutation(
     a_back = p.T @ a_perm @ p
     permuted = [tokens[i] for i in perm]
 
-    fig = _figure(8.4, 3.1)
+    fig = new_figure(8.4, 3.1)
     axes = fig.subplots(1, 3)
     panels = (
         (a, tokens, "sentence 1: $A(X)$"),
@@ -91,7 +91,7 @@ def plot_attention_permutation(
     )
     for ax, (w, labels, title) in zip(axes, panels, strict=True):
         im = ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
-        _annotate_cells(ax, w.numpy())
+        annotate_cells(ax, w.numpy())
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
         ax.set_yticks(range(len(labels)), labels)
         ax.set_xlabel("key")
@@ -101,7 +101,7 @@ def plot_attention_permutation(
     return fig
 
 
-@_styled
+@styled
 def plot_encoding_heatmap(
     max_len: int = 64,
     d_model: int = 64,
@@ -125,9 +125,9 @@ def plot_encoding_heatmap(
     from ..sinusoidal import sinusoidal_encoding
 
     pe = sinusoidal_encoding(max_len, d_model, base=base, layout=layout)
-    fig = _figure(6.4, 3.6)
+    fig = new_figure(6.4, 3.6)
     ax = fig.subplots()
-    im = ax.imshow(pe.numpy(), cmap=_DIVERGING, vmin=-1, vmax=1, aspect="auto",
+    im = ax.imshow(pe.numpy(), cmap=DIVERGING, vmin=-1, vmax=1, aspect="auto",
                    interpolation="nearest")
     ax.set_xlabel("dimension of the encoding")
     ax.set_ylabel("position $p$")
@@ -138,7 +138,7 @@ def plot_encoding_heatmap(
     return fig
 
 
-@_styled
+@styled
 def plot_wavelengths(
     d_model: int = 128,
     *,
@@ -172,7 +172,7 @@ def plot_wavelengths(
     omega = rope_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
     wavelength = (2 * math.pi / omega).numpy()
 
-    fig = _figure(8.0, 3.0)
+    fig = new_figure(8.0, 3.0)
     left, right = fig.subplots(1, 2, width_ratios=(1.25, 1))
     for c in columns:
         kind = "sin" if c % 2 == 0 else "cos"
@@ -200,7 +200,7 @@ def plot_wavelengths(
     return fig
 
 
-@_styled
+@styled
 def plot_dot_product_vs_distance(
     max_len: int = 128,
     d_model: int = 64,
@@ -235,7 +235,7 @@ def plot_dot_product_vs_distance(
     pe = sinusoidal_encoding(max_len, d_model, base=base).double()
     gram = (pe @ pe.T).numpy()  # (L, L)
 
-    fig = _figure(8.0, 3.2)
+    fig = new_figure(8.0, 3.2)
     left, right = fig.subplots(1, 2)
     im = left.imshow(gram, cmap="viridis", interpolation="nearest")
     left.set_xlabel("position $q$")
@@ -256,7 +256,7 @@ def plot_dot_product_vs_distance(
     return fig
 
 
-@_styled
+@styled
 def plot_position_ids(lengths: Sequence[int] = (5, 3, 2), seq_len: int = 6) -> Figure:
     """Position ids of a padded batch, right padding and left padding side by side.
 
@@ -283,7 +283,7 @@ def plot_position_ids(lengths: Sequence[int] = (5, 3, 2), seq_len: int = 6) -> F
     n = torch.tensor(lengths)[:, None]  # (batch, 1)
     masks = {"right padding": t < n, "left padding": t >= seq_len - n}
 
-    fig = _figure(7.2, 0.9 + 0.45 * len(lengths))
+    fig = new_figure(7.2, 0.9 + 0.45 * len(lengths))
     axes = fig.subplots(1, 2)
     for ax, (title, mask) in zip(axes, masks.items(), strict=True):
         ids = position_ids_from_attention_mask(mask)  # (batch, seq_len)
@@ -302,7 +302,7 @@ def plot_position_ids(lengths: Sequence[int] = (5, 3, 2), seq_len: int = 6) -> F
     return fig
 
 
-@_styled
+@styled
 def plot_offset_rotation(
     k: int = 1,
     *,
@@ -345,7 +345,7 @@ def plot_offset_rotation(
                @ pe[list(positions)].T).T  # (len(positions), d_model)
 
     n_pairs = d_model // 2
-    fig = _figure(3.3 * n_pairs, 3.7)
+    fig = new_figure(3.3 * n_pairs, 3.7)
     axes = np.atleast_1d(fig.subplots(1, n_pairs))
     circle = np.linspace(0, 2 * np.pi, 400)
     colors = matplotlib.colormaps["tab10"]
@@ -391,7 +391,7 @@ def plot_offset_rotation(
     return fig
 
 
-@_styled
+@styled
 def plot_wavelength_comparison(frequencies: dict[str, torch.Tensor]) -> Figure:
     r"""Wavelengths :math:`2\pi/\omega_i` of several frequency ladders, log scale.
 
@@ -409,7 +409,7 @@ def plot_wavelength_comparison(frequencies: dict[str, torch.Tensor]) -> Figure:
     fn = "plot_wavelength_comparison"
     if not frequencies:
         fail(fn, "frequencies must hold at least one (label, tensor) pair, got none")
-    fig = _figure(6.4, 3.0)
+    fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for label, omega in frequencies.items():
         if not isinstance(omega, torch.Tensor) or omega.ndim != 1 or not bool(
@@ -428,7 +428,7 @@ def plot_wavelength_comparison(frequencies: dict[str, torch.Tensor]) -> Figure:
     return fig
 
 
-@_styled
+@styled
 def plot_row_separation(
     d_models: Sequence[int] = (4, 8, 16, 64),
     max_offset: int = 100_000,
@@ -466,7 +466,7 @@ def plot_row_separation(
     if not widths or any(d % 2 for d in widths):
         fail(fn, f"d_models must be a non-empty list of even widths, "
              f"got {list(d_models)}")
-    fig = _figure(6.4, 3.0)
+    fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for d in widths:
         pe = sinusoidal_encoding(max_offset + 1, d, base=base).double()  # (K+1, d)
@@ -486,7 +486,7 @@ def plot_row_separation(
     return fig
 
 
-@_styled
+@styled
 def plot_offset_matrix(
     k: int = 1, d_model: int = 8, *, base: float = 10000.0
 ) -> Figure:
@@ -514,9 +514,9 @@ def plot_offset_matrix(
     if d_model % 2 or d_model > 12:
         fail(fn, f"d_model must be even and at most 12, got {d_model}")
     m = offset_matrix(k, d_model, base=base, dtype=torch.float64).numpy()
-    fig = _figure(1.2 + 0.48 * d_model, 0.9 + 0.42 * d_model)
+    fig = new_figure(1.2 + 0.48 * d_model, 0.9 + 0.42 * d_model)
     ax = fig.subplots()
-    im = ax.imshow(m, cmap=_DIVERGING, vmin=-1, vmax=1, interpolation="nearest")
+    im = ax.imshow(m, cmap=DIVERGING, vmin=-1, vmax=1, interpolation="nearest")
     for (r, c), val in np.ndenumerate(m):
         if r // 2 == c // 2:
             ax.text(c, r, f"{val:.3f}", ha="center", va="center", fontsize=6.5,

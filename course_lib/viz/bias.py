@@ -15,7 +15,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .._validate import fail, require_positive_int
-from ._common import _annotate_cells, _figure, _styled
+from ._common import annotate_cells, new_figure, styled
 
 __all__ = [
     "plot_alibi_attention_decay",
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-@_styled
+@styled
 def plot_alibi_bias(
     n_heads: int = 8,
     seq_len: int = 10,
@@ -62,7 +62,7 @@ def plot_alibi_bias(
     bias = alibi_bias(n_heads, seq_len, causal=causal)  # (H, L, L)
     slopes = alibi_slopes(n_heads)
 
-    fig = _figure(2.7 * len(heads) + 2.4, 2.9)
+    fig = new_figure(2.7 * len(heads) + 2.4, 2.9)
     axes = fig.subplots(1, len(heads) + 1)
     for ax, h in zip(axes[:-1], heads, strict=True):
         b = bias[h].numpy()
@@ -86,7 +86,7 @@ def plot_alibi_bias(
     return fig
 
 
-@_styled
+@styled
 def plot_alibi_slopes(head_counts: Sequence[int] = (8, 12, 16)) -> Figure:
     r"""ALiBi slopes for several head counts on one exponent axis.
 
@@ -109,7 +109,7 @@ def plot_alibi_slopes(head_counts: Sequence[int] = (8, 12, 16)) -> Figure:
     counts = [require_positive_int(fn, "head_counts", n) for n in head_counts]
     if not counts:
         fail(fn, "head_counts must name at least one head count, got an empty sequence")
-    fig = _figure(6.4, 0.55 * len(counts) + 1.4)
+    fig = new_figure(6.4, 0.55 * len(counts) + 1.4)
     ax = fig.subplots()
     for row, n in enumerate(counts):
         exponent = (-alibi_slopes(n).double().log2()).numpy()
@@ -129,7 +129,7 @@ def plot_alibi_slopes(head_counts: Sequence[int] = (8, 12, 16)) -> Figure:
     return fig
 
 
-@_styled
+@styled
 def plot_alibi_attention_decay(n_heads: int = 8, seq_len: int = 64) -> Figure:
     r"""How far each ALiBi head looks when the content is neutral.
 
@@ -162,7 +162,7 @@ def plot_alibi_attention_decay(n_heads: int = 8, seq_len: int = 64) -> Figure:
     slopes = alibi_slopes(n_heads)
     dist = np.arange(seq_len)
 
-    fig = _figure(8.0, 3.1)
+    fig = new_figure(8.0, 3.1)
     left, right = fig.subplots(1, 2)
     colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, n_heads))
     for h in range(n_heads):
@@ -183,7 +183,7 @@ def plot_alibi_attention_decay(n_heads: int = 8, seq_len: int = 64) -> Figure:
     return fig
 
 
-@_styled
+@styled
 def plot_t5_buckets(
     num_buckets: int = 32, max_distance: int = 128, *, span: int = 200
 ) -> Figure:
@@ -205,7 +205,7 @@ def plot_t5_buckets(
 
     span = require_positive_int("plot_t5_buckets", "span", span)
     rel = torch.arange(-span, span + 1)
-    fig = _figure(6.4, 3.0)
+    fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for bidirectional, style in ((True, "-"), (False, "--")):
         buckets = t5_relative_position_bucket(
@@ -224,7 +224,7 @@ def plot_t5_buckets(
     return fig
 
 
-@_styled
+@styled
 def plot_relative_position_index(
     cases: Sequence[tuple[int, int]] = ((6, 6), (2, 6)), max_distance: int = 2
 ) -> Figure:
@@ -250,14 +250,14 @@ def plot_relative_position_index(
         fail(fn, "cases must hold at least one (q_len, k_len) pair, got none")
     max_distance = require_positive_int(fn, "max_distance", max_distance)
     grids = [relative_position_index(q, k, max_distance) for q, k in cases]
-    fig = _figure(2.0 + 0.55 * sum(k for _, k in cases), 2.9)
+    fig = new_figure(2.0 + 0.55 * sum(k for _, k in cases), 2.9)
     axes = np.atleast_1d(fig.subplots(1, len(cases),
                                       width_ratios=[k for _, k in cases]))
     for ax, (q_len, k_len), grid in zip(axes, cases, grids, strict=True):
         g = grid.numpy()
         im = ax.imshow(g, cmap="coolwarm", vmin=0, vmax=2 * max_distance,
                        interpolation="nearest")
-        _annotate_cells(ax, g.astype(float), fmt="{:.0f}", size=8)
+        annotate_cells(ax, g.astype(float), fmt="{:.0f}", size=8)
         ax.set_xticks(range(k_len))
         ax.set_yticks(range(q_len), [f"{i} ({i + k_len - q_len})"
                                      for i in range(q_len)])
@@ -269,7 +269,7 @@ def plot_relative_position_index(
     return fig
 
 
-@_styled
+@styled
 def plot_attention_biases(
     biases: dict[str, torch.Tensor], *, cmap: str = "viridis"
 ) -> Figure:
@@ -296,7 +296,7 @@ def plot_attention_biases(
         if b.ndim != 2:
             fail(fn, f"biases[{title!r}] must be 2-D (q_len, k_len), "
                  f"got shape {tuple(b.shape)}")
-    fig = _figure(2.35 * len(biases) + 0.4, 2.8)
+    fig = new_figure(2.35 * len(biases) + 0.4, 2.8)
     axes = np.atleast_1d(fig.subplots(1, len(biases)))
     for ax, (title, b) in zip(axes, biases.items(), strict=True):
         values = b.detach().double().numpy()
@@ -309,7 +309,7 @@ def plot_attention_biases(
     return fig
 
 
-@_styled
+@styled
 def plot_da_rescale(
     ws: Sequence[float] = (-1.0, -0.2, 0.2, 1.0),
     vs: Sequence[float] = (0.0, 2.0),
@@ -335,7 +335,7 @@ def plot_da_rescale(
     max_distance = require_positive_int("plot_da_rescale", "max_distance",
                                         max_distance)
     dist = torch.linspace(0, max_distance, 8 * max_distance + 1, dtype=torch.float64)
-    fig = _figure(3.3 * len(vs), 3.0)
+    fig = new_figure(3.3 * len(vs), 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(vs), sharey=True))
     for ax, v in zip(axes, vs, strict=True):
         for w in ws:
@@ -351,7 +351,7 @@ def plot_da_rescale(
     return fig
 
 
-@_styled
+@styled
 def plot_da_weights(
     ws: Sequence[float] = (-0.5, 0.0, 0.5),
     v: float = 1.0,
@@ -389,7 +389,7 @@ def plot_da_weights(
     _, weights = da_attention(q, k, values, torch.tensor(ws, dtype=torch.float64),
                               torch.full((n,), float(v), dtype=torch.float64))
     mid = seq_len // 2
-    fig = _figure(6.4, 3.0)
+    fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for h, w in enumerate(ws):
         ax.plot(range(seq_len), weights[0, h, mid].numpy(), "o-", ms=3, lw=1.2,

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .._validate import fail
-from ._common import _annotate_cells, _figure, _styled
+from ._common import annotate_cells, new_figure, styled
 
 __all__ = [
     "plot_lab_accuracy",
@@ -43,7 +43,7 @@ def _lab_rows(fn: str, results: dict) -> tuple[list[dict], list[str], int]:
     return rows, tasks, int(results["meta"]["settings"]["train_length"])
 
 
-@_styled
+@styled
 def plot_lab_accuracy(results: dict, *, tasks: Sequence[str] | None = None) -> Figure:
     r"""Test accuracy against sequence length, one row of panels per task.
 
@@ -71,7 +71,7 @@ def plot_lab_accuracy(results: dict, *, tasks: Sequence[str] | None = None) -> F
     for t in tasks:
         if t not in all_tasks:
             fail(fn, f"tasks must be among {', '.join(all_tasks)}, got {t!r}")
-    fig = _figure(6.6, 2.25 * len(tasks) + 0.5)
+    fig = new_figure(6.6, 2.25 * len(tasks) + 0.5)
     axes = np.atleast_2d(fig.subplots(len(tasks), 2, sharex=True, sharey="row"))
     for row, task in enumerate(tasks):
         for col, (title, methods) in enumerate(_LAB_GROUPS):
@@ -103,7 +103,7 @@ def plot_lab_accuracy(results: dict, *, tasks: Sequence[str] | None = None) -> F
     return fig
 
 
-@_styled
+@styled
 def plot_lab_heatmap(results: dict) -> Figure:
     """Mean accuracy of every method (rows) at every task and length (columns).
 
@@ -123,11 +123,11 @@ def plot_lab_heatmap(results: dict) -> Figure:
     cell = {(r["task"], r["method"], r["length"]): r["mean"] for r in rows}
     grid = np.array([[cell.get((t, m, n), np.nan) for t in tasks for n in lengths]
                      for m in methods])  # (methods, tasks * lengths)
-    fig = _figure(6.6, 0.32 * len(methods) + 1.3)
+    fig = new_figure(6.6, 0.32 * len(methods) + 1.3)
     ax = fig.subplots()
     im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto",
                    interpolation="nearest")
-    _annotate_cells(ax, grid, size=6.5)
+    annotate_cells(ax, grid, size=6.5)
     ax.set_yticks(range(len(methods)), [METHOD_LABELS[m] for m in methods])
     ax.set_xticks(range(grid.shape[1]), [str(n) for _ in tasks for n in lengths])
     for i, t in enumerate(tasks):

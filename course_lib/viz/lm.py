@@ -9,7 +9,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from .._validate import fail
-from ._common import _figure, _styled
+from ._common import new_figure, styled
 
 __all__ = ["plot_lm_perplexity"]
 
@@ -19,7 +19,7 @@ _LABELS = {
 }
 
 
-@_styled
+@styled
 def plot_lm_perplexity(record: dict) -> Figure:
     """Validation perplexity against evaluation length, one line per method.
 
@@ -33,7 +33,7 @@ def plot_lm_perplexity(record: dict) -> Figure:
     if not isinstance(record, dict) or "perplexity" not in record:
         fail(fn, "record must be the dict of course_lib/data/lm_extrapolation.json")
     L = record["settings"]["train_length"]
-    fig = _figure(6.5, 3.0)
+    fig = new_figure(6.5, 3.0)
     axes = fig.subplots(1, 2, sharey=True)
     titles = {"nonoverlap": "non-overlapping windows",
               "sliding": f"sliding window (stride {record['sliding_stride']})"}

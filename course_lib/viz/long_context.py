@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .._validate import require_positive_int
-from ._common import _figure, _styled
+from ._common import new_figure, styled
 
 __all__ = [
     "plot_rope_score_drift",
@@ -28,7 +28,7 @@ _METHODS = (
 )
 
 
-@_styled
+@styled
 def plot_rope_wavelengths_vs_training(
     head_dim: int = 128, train_len: int = 2048, *, base: float = 10000.0
 ) -> Figure:
@@ -49,7 +49,7 @@ def plot_rope_wavelengths_vs_training(
     theta = rope_frequencies(head_dim, base=base, dtype=torch.float64)
     wavelength = (2 * math.pi / theta).numpy()  # (d/2,)
     i = np.arange(head_dim // 2)
-    fig = _figure(6.5, 3.0)
+    fig = new_figure(6.5, 3.0)
     ax = fig.subplots()
     seen = wavelength <= train_len
     ax.semilogy(
@@ -77,7 +77,7 @@ def plot_rope_wavelengths_vs_training(
     return fig
 
 
-@_styled
+@styled
 def plot_rope_score_drift(
     head_dim: int = 64,
     train_len: int = 512,
@@ -101,7 +101,7 @@ def plot_rope_score_drift(
     head_dim = require_positive_int(fn, "head_dim", head_dim)
     train_len = require_positive_int(fn, "train_len", train_len)
     r = torch.arange(int(factor * train_len) + 1, dtype=torch.float64)
-    fig = _figure(6.5, 3.0)
+    fig = new_figure(6.5, 3.0)
     ax = fig.subplots()
     for label, scale in (
         ("plain RoPE", 1.0),
@@ -120,7 +120,7 @@ def plot_rope_score_drift(
     return fig
 
 
-@_styled
+@styled
 def plot_scaled_frequency_ratios(
     head_dim: int = 128,
     train_len: int = 8192,
@@ -144,7 +144,7 @@ def plot_scaled_frequency_ratios(
     train_len = require_positive_int(fn, "train_len", train_len)
     theta = rope_frequencies(head_dim, base=base, dtype=torch.float64)
     wavelength = (2 * math.pi / theta).numpy()
-    fig = _figure(6.5, 3.2)
+    fig = new_figure(6.5, 3.2)
     ax = fig.subplots()
     for method, extra in _METHODS:
         inv, _ = rope_scaled_frequencies(

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .._validate import fail, require_positive_int
-from ._common import _figure, _styled
+from ._common import new_figure, styled
 
 __all__ = [
     "plot_rope_decay",
@@ -38,7 +38,7 @@ def _rope_partner(head_dim: int, convention: str) -> list[int]:
     return out.argmax(dim=-1).tolist()
 
 
-@_styled
+@styled
 def plot_rope_pairing(head_dim: int = 8) -> Figure:
     """Which dimensions RoPE rotates together: interleaved vs rotate-half.
 
@@ -58,7 +58,7 @@ def plot_rope_pairing(head_dim: int = 8) -> Figure:
     head_dim = require_positive_int(fn, "head_dim", head_dim)
     if head_dim % 2 or head_dim > 16:
         fail(fn, f"head_dim must be even and at most 16, got {head_dim}")
-    fig = _figure(6.4, 2.9)
+    fig = new_figure(6.4, 2.9)
     axes = fig.subplots(2, 1)
     colors = matplotlib.colormaps["viridis"]
     titles = {
@@ -93,7 +93,7 @@ def plot_rope_pairing(head_dim: int = 8) -> Figure:
     return fig
 
 
-@_styled
+@styled
 def plot_rope_relative(
     q: Sequence[float] = (1.0, 0.2),
     k: Sequence[float] = (0.6, 0.7),
@@ -120,7 +120,7 @@ def plot_rope_relative(
 
     qv = torch.tensor([list(q)], dtype=torch.float64)  # (1, 2)
     kv = torch.tensor([list(k)], dtype=torch.float64)  # (1, 2)
-    fig = _figure(3.1 * len(position_pairs), 3.2)
+    fig = new_figure(3.1 * len(position_pairs), 3.2)
     axes = np.atleast_1d(fig.subplots(1, len(position_pairs)))
     circle = np.linspace(0, 2 * np.pi, 200)
     for ax, (m, n) in zip(axes, position_pairs, strict=True):
@@ -152,7 +152,7 @@ def plot_rope_relative(
     return fig
 
 
-@_styled
+@styled
 def plot_rope_decay(
     head_dim: int = 128,
     max_distance: int = 256,
@@ -185,7 +185,7 @@ def plot_rope_decay(
     head_dim = require_positive_int(fn, "head_dim", head_dim)
     max_distance = require_positive_int(fn, "max_distance", max_distance)
     r = torch.arange(max_distance + 1)
-    fig = _figure(8.0, 3.1)
+    fig = new_figure(8.0, 3.1)
     left, right = fig.subplots(1, 2)
     for base in bases:
         angles = rope_angles(r, head_dim, base=base)  # (R, d/2) = r * theta_i

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .._validate import fail, require_int, require_positive_int
-from ._common import _DIVERGING, _annotate_cells, _figure, _styled
+from ._common import DIVERGING, annotate_cells, new_figure, styled
 
 __all__ = [
     "plot_rel_shift_steps",
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-@_styled
+@styled
 def plot_rel_shift_steps(q_len: int = 3, k_len: int = 5) -> Figure:
     """Transformer-XL's pad-and-reshape shift, step by step, on distance labels.
 
@@ -64,12 +64,12 @@ def plot_rel_shift_steps(q_len: int = 3, k_len: int = 5) -> Figure:
         (shifted, "4. view as "
                   f"({q_len}, {k_len}):\ndistance to each key"),
     )
-    fig = _figure(9.0, 2.9)
+    fig = new_figure(9.0, 2.9)
     axes = fig.subplots(1, 4, width_ratios=(k_len, k_len + 1, q_len + 0.5, k_len))
     for n, (ax, (values, title)) in enumerate(zip(axes, steps, strict=True)):
         v = values.numpy()
         ax.imshow(v, cmap="Blues", vmin=-1, vmax=2 * k_len, interpolation="nearest")
-        _annotate_cells(ax, v, fmt="{:.0f}", size=8)
+        annotate_cells(ax, v, fmt="{:.0f}", size=8)
         if n == 2:
             ax.add_patch(Rectangle((-0.5, -0.5), q_len, 1, color="red", alpha=0.25))
         if n == 3:
@@ -107,7 +107,7 @@ def _recurrence_field(
     return field
 
 
-@_styled
+@styled
 def plot_segment_recurrence(
     seg_len: int = 4, mem_len: int = 4, *, n_layers: int = 3, n_segments: int = 4
 ) -> Figure:
@@ -137,7 +137,7 @@ def plot_segment_recurrence(
     n_layers = require_positive_int(fn, "n_layers", n_layers)
     n_segments = require_positive_int(fn, "n_segments", n_segments)
     total = seg_len * n_segments
-    fig = _figure(8.0, 1.0 + 0.42 * (n_layers + 1) * 2)
+    fig = new_figure(8.0, 1.0 + 0.42 * (n_layers + 1) * 2)
     axes = fig.subplots(2, 1, sharex=True)
     panels = (
         (axes[0], 0, "no memory: context stops at the segment"),
@@ -161,7 +161,7 @@ def plot_segment_recurrence(
     return fig
 
 
-@_styled
+@styled
 def plot_transformer_xl_terms(
     q_len: int = 6, mem_len: int = 4, head_dim: int = 16, *, seed: int = 0
 ) -> Figure:
@@ -210,12 +210,12 @@ def plot_transformer_xl_terms(
          "(d) global position $v\\cdot r_{i-j}$"),
     )
     visible = transformer_xl_mask(q_len, k_len).numpy()
-    fig = _figure(9.0, 2.6)
+    fig = new_figure(9.0, 2.6)
     axes = fig.subplots(1, 4)
     for ax, (values, title) in zip(axes, terms, strict=True):
         shown = np.where(visible, values.numpy(), np.nan)
         lim = float(np.nanmax(np.abs(shown)))
-        ax.imshow(shown, cmap=_DIVERGING, vmin=-lim, vmax=lim, interpolation="nearest")
+        ax.imshow(shown, cmap=DIVERGING, vmin=-lim, vmax=lim, interpolation="nearest")
         ax.axvline(mem_len - 0.5, color="k", lw=1)
         ax.set_xticks(range(0, k_len, 2 if k_len > 6 else 1))
         ax.set_yticks(range(q_len))

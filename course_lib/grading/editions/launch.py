@@ -1,0 +1,551 @@
+"""Where students run the course: Colab, Binder, a JupyterHub or their own machine.
+
+Three things live here, all driven by the settings in ``_config.yml``:
+
+* the **set-up cell** that every notebook students open starts with (each release in
+  ``notebooks/``, its source in ``solutions/``, each chapter notebook). Where
+  ``course_lib`` is missing (Colab, a bare Binder) it installs the student package;
+  where it is installed (the course venv, a class hub) it does nothing. It carries no
+  nbgrader metadata, so it is never graded. ``course release`` inserts or refreshes it
+  in the source notebooks before generating the releases, so a new assignment gets it
+  without anyone copying it by hand;
+* the **chapter notebooks** ``book/notebooks/NN-topic.ipynb``, built from the MyST
+  chapters ``book/NN-topic.md`` (jupytext) with the set-up cell in front. They are
+  committed, because the launch buttons open them from the repository
+  (``python -m course_lib.grading.editions.launch``, run by ``make notebooks``, ``make
+  book`` and ``make release``, rewrites them; ``tests/test_launch_links.py`` fails when
+  one is stale);
+* a small **Sphinx extension** (listed in ``_config.yml``) that points the book's
+  Binder, Colab and JupyterHub buttons and its ``.ipynb`` download at those notebooks
+  (sphinx-book-theme would open the ``.md`` source, which Colab cannot read).
+
+Settings (``_config.yml``)::
+
+    repository:
+      url: https://github.com/ORG/REPO     # the set-up cell installs from here ...
+      branch: main
+    launch_buttons:
+      student_package: ""    # ... unless this pip requirement is set (a class's wheel)
+      jupyterhub_url: ""     # empty: no JupyterHub button
+      student_repository: "" # what the hub pulls (nbgitpuller): the class's public
+      student_branch: main   # student repository, never the one holding solutions/
+
+The **class edition** (``COURSE_EDITION=class``, ``course publish``) launches from the
+student repository, never from the instructor's (private) one: its Binder, Colab and
+JupyterHub buttons open ``student_repository`` at the same paths (``course publish``
+writes ``book/notebooks/`` and ``notebooks/`` there), and its set-up cells install
+``student_package`` or else the student wheel that ``course publish`` puts in that
+repository's ``dist/``. Without ``student_repository`` the class edition has no launch
+buttons (:func:`class_settings`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from ..errors import CourseError
+
+__all__ = [
+    "CHAPTER_NOTEBOOK_DIR",
+    "SETUP_CELL_TEMPLATE",
+    "SETUP_TAG",
+    "LaunchSettings",
+    "chapter_notebook",
+    "chapter_pages",
+    "insert_setup_cell",
+    "launch_urls",
+    "read_settings",
+    "refresh_setup_cells",
+    "setup_cell",
+    "setup_cell_source",
+    "stale_chapter_notebooks",
+    "write_chapter_notebooks",
+]
+
+CONFIG_FILE = "_config.yml"
+TOC_FILE = "_toc.yml"
+CHAPTER_NOTEBOOK_DIR = "book/notebooks"
+SETUP_TAG = "course-setup"
+
+# The one text of the set-up cell; ``{package}`` is the pip requirement of the student
+# package (``LaunchSettings.package``) as a Python string literal.
+SETUP_CELL_TEMPLATE = """\
+# Set-up (not graded). Colab or Binder without the course package: this installs it
+# (about a minute). In the course environment, or on a hub that has it: nothing to do.
+import importlib
+import importlib.util
+import subprocess
+import sys
+
+COURSE_PACKAGE = {package}
+
+if importlib.util.find_spec("course_lib") is None:
+    print(f"Installing {{COURSE_PACKAGE}} ...")
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", COURSE_PACKAGE]
+    subprocess.run(pip, check=True)
+    importlib.invalidate_caches()"""
+
+
+class LaunchSettingsError(CourseError, ValueError):
+    """A launch setting in ``_config.yml`` is missing or malformed (``course release``
+    prints the message without a traceback)."""
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """The launch settings of one course (from its ``_config.yml``)."""
+
+    repository: str  # https://github.com/ORG/REPO, the book's repository
+    branch: str
+    package: str  # the pip requirement the set-up cell installs
+    binderhub_url: str = ""
+    colab_url: str = ""
+    jupyterhub_url: str = ""  # "" = no JupyterHub button
+    student_repository: str = ""  # what the hub pulls: the class's student repository
+    student_branch: str = "main"
+    notebook_interface: str = "jupyterlab"
+    student_package: str = ""  # launch_buttons.student_package as written ("" = unset)
+
+    @property
+    def github(self) -> tuple[str, str]:
+        """(org, repo) of :attr:`repository` on GitHub."""
+        return _github_parts(self.repository, "repository.url")
+
+
+def _github_parts(url: str, setting: str) -> tuple[str, str]:
+    prefix = "https://github.com/"
+    parts = url.removeprefix(prefix).strip("/").split("/")
+    if not url.startswith(prefix) or len(parts) != 2 or not all(parts):
+        raise LaunchSettingsError(
+            f"{setting} in {CONFIG_FILE} must look like https://github.com/ORG/REPO "
+            f"(got {url!r})"
+        )
+    return parts[0], parts[1].removesuffix(".git")
+
+
+def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
+    """:class:`LaunchSettings` from the parsed ``_config.yml``."""
+    repo = config.get("repository") or {}
+    launch = config.get("launch_buttons") or {}
+    url = str(repo.get("url") or "").rstrip("/")
+    if not url:
+        raise LaunchSettingsError(f"{CONFIG_FILE} has no repository.url")
+    branch = str(repo.get("branch") or "main")
+    package = str(launch.get("student_package") or "").strip()
+    if not package:
+        package = f"course_lib @ git+{url}@{branch}"
+    settings = LaunchSettings(
+        repository=url,
+        branch=branch,
+        package=package,
+        binderhub_url=str(launch.get("binderhub_url") or "").rstrip("/"),
+        colab_url=str(launch.get("colab_url") or "").rstrip("/"),
+        jupyterhub_url=str(launch.get("jupyterhub_url") or "").rstrip("/"),
+        student_repository=str(launch.get("student_repository") or "").rstrip("/"),
+        student_branch=str(launch.get("student_branch") or "main"),
+        notebook_interface=str(launch.get("notebook_interface") or "jupyterlab"),
+        student_package=str(launch.get("student_package") or "").strip(),
+    )
+    settings.github  # noqa: B018  (fails early on a malformed repository URL)
+    if settings.jupyterhub_url and not settings.student_repository:
+        raise LaunchSettingsError(
+            f"launch_buttons.jupyterhub_url is set in {CONFIG_FILE} but "
+            "launch_buttons.student_repository is not: name the class's public student "
+            "repository, which the hub pulls (never the one holding solutions/)"
+        )
+    if settings.student_repository:
+        _github_parts(settings.student_repository, "launch_buttons.student_repository")
+    if settings.notebook_interface not in _UI_PREFIX:
+        raise LaunchSettingsError(
+            f"launch_buttons.notebook_interface must be one of {sorted(_UI_PREFIX)} "
+            f"(got {settings.notebook_interface!r})"
+        )
+    return settings
+
+
+def student_wheel_name() -> str:
+    """File name of the student wheel that ``course publish`` writes to ``dist/``."""
+    from importlib import metadata
+
+    return f"course_lib-{metadata.version('course_lib')}-py3-none-any.whl"
+
+
+def class_settings(settings: LaunchSettings) -> LaunchSettings | None:
+    """The launch settings of the class edition: the student repository (and branch)
+    in place of the instructor's, and the set-up cell installing ``student_package``,
+    or else the student wheel in the student repository's ``dist/``. ``None`` when no
+    ``student_repository`` is set: the class edition then has no launch buttons."""
+    if not settings.student_repository:
+        return None
+    org, repo = _github_parts(
+        settings.student_repository, "launch_buttons.student_repository"
+    )
+    package = settings.student_package or (
+        f"course_lib @ https://raw.githubusercontent.com/{org}/{repo}/"
+        f"{settings.student_branch}/dist/{student_wheel_name()}"
+    )
+    return replace(
+        settings,
+        repository=settings.student_repository,
+        branch=settings.student_branch,
+        package=package,
+    )
+
+
+# An open-edition-only block as the chapters write it (MyST colon fence, any depth):
+# the "Solution to exercise N" dropdowns, which the class edition leaves out.
+ONLY_OPEN = re.compile(
+    r"^(?P<fence>:{3,})\{only\}\s+not\s+class_edition[ \t]*\n"
+    r".*?^(?P=fence)[ \t]*(?:\n|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def strip_open_only(text: str) -> str:
+    """``text`` without its ``{only} not class_edition`` blocks."""
+    return ONLY_OPEN.sub("", text)
+
+
+def read_settings(root: str | Path) -> LaunchSettings | None:
+    """The launch settings of the course at ``root``; ``None`` when it has no
+    ``_config.yml`` (a scratch grading folder): its notebooks are left as they are."""
+    path = Path(root) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    import yaml
+
+    return settings_from_config(yaml.safe_load(path.read_text()) or {})
+
+
+# --- the set-up cell ------------------------------------------------------------
+
+
+def setup_cell_source(settings: LaunchSettings) -> str:
+    """The set-up cell's source for these settings."""
+    return SETUP_CELL_TEMPLATE.format(package=json.dumps(settings.package))
+
+
+def setup_cell(settings: LaunchSettings) -> dict[str, Any]:
+    """The set-up cell as a notebook cell: no nbgrader metadata (never graded), not
+    deletable or editable in Jupyter, tagged ``course-setup``."""
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": SETUP_TAG,
+        "metadata": {"deletable": False, "editable": False, "tags": [SETUP_TAG]},
+        "outputs": [],
+        "source": setup_cell_source(settings),
+    }
+
+
+def is_setup_cell(cell: dict[str, Any]) -> bool:
+    return SETUP_TAG in (cell.get("metadata", {}).get("tags") or [])
+
+
+def insert_setup_cell(nb: dict[str, Any], settings: LaunchSettings) -> bool:
+    """Make ``nb`` (a notebook as JSON) start with exactly the set-up cell: insert it,
+    or refresh an old one; any other copy further down is removed. Returns whether
+    ``nb`` changed."""
+    cells = nb["cells"]
+    wanted = setup_cell(settings)
+    if nb.get("nbformat_minor", 0) < 5 and nb.get("nbformat", 4) == 4:
+        wanted.pop("id")  # cell ids exist from nbformat 4.5 on
+    others = [c for c in cells if not is_setup_cell(c)]
+    new = [wanted, *others]
+    if _normal(new) == _normal(cells):
+        return False
+    cells[:] = new
+    return True
+
+
+def _normal(cells: list[dict[str, Any]]) -> str:
+    def norm(cell):
+        cell = dict(cell)
+        src = cell.get("source", "")
+        cell["source"] = "".join(src) if isinstance(src, list) else src
+        return cell
+
+    return json.dumps([norm(c) for c in cells], sort_keys=True)
+
+
+def refresh_setup_cells(paths: Iterable[Path], settings: LaunchSettings) -> list[Path]:
+    """Insert or refresh the set-up cell in each notebook file; returns those changed.
+    The file is written as nbformat writes it (sorted keys, one-space indent)."""
+    changed = []
+    for path in paths:
+        nb = json.loads(Path(path).read_text())
+        if insert_setup_cell(nb, settings):
+            Path(path).write_text(
+                json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+            )
+            changed.append(Path(path))
+    return changed
+
+
+# --- chapter notebooks ----------------------------------------------------------
+
+
+def chapter_pages(root: str | Path) -> list[str]:
+    """The book's notebook pages in table-of-contents order (``book/05-alibi``, ...):
+    pages whose MyST file has a jupytext header, so the book executes them and gives
+    them launch buttons."""
+    import yaml
+
+    root = Path(root)
+    toc = yaml.safe_load((root / TOC_FILE).read_text())
+    files: list[str] = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("chapters"))
+            walk(entry.get("sections"))
+            for part in entry.get("parts") or []:
+                walk(part.get("chapters"))
+
+    walk(toc.get("chapters"))
+    for part in toc.get("parts") or []:
+        walk(part.get("chapters"))
+    pages = []
+    for page in files:
+        md = root / f"{page}.md"
+        if md.is_file() and _has_jupytext_header(md):
+            pages.append(page)
+    return pages
+
+
+def _has_jupytext_header(md: Path) -> bool:
+    text = md.read_text()
+    return text.startswith("---") and "jupytext:" in text.split("\n---", 1)[0]
+
+
+def chapter_notebook_path(page: str) -> str:
+    """``book/05-alibi`` -> ``book/notebooks/05-alibi.ipynb`` (repository path)."""
+    return f"{CHAPTER_NOTEBOOK_DIR}/{Path(page).name}.ipynb"
+
+
+def chapter_notebook(
+    root: str | Path,
+    page: str,
+    settings: LaunchSettings,
+    *,
+    class_edition: bool = False,
+) -> str:
+    """The text of the chapter notebook of ``page``: its MyST cells (jupytext), the
+    set-up cell in front, no outputs, stable cell ids. ``class_edition``: without the
+    open-edition-only blocks (the solution dropdowns)."""
+    import jupytext
+
+    nb = jupytext.read(Path(root) / f"{page}.md", fmt="md:myst")
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["kernelspec"] = {
+        "display_name": "Python 3",
+        "language": "python",
+        "name": "python3",
+    }
+    nb.metadata["language_info"] = {"name": "python"}
+    data = json.loads(jupytext.writes(nb, fmt="ipynb"))
+    data["nbformat"], data["nbformat_minor"] = 4, 5
+    for i, cell in enumerate(data["cells"]):
+        cell["id"] = f"cell-{i}"
+        if class_edition:
+            src = cell["source"]
+            joined = "".join(src) if isinstance(src, list) else src
+            if ONLY_OPEN.search(joined):
+                cell["source"] = strip_open_only(joined).splitlines(keepends=True)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    insert_setup_cell(data, settings)
+    return json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def write_chapter_notebooks(root: str | Path) -> list[Path]:
+    """(Re)write every chapter notebook under ``book/notebooks/`` and remove those
+    whose chapter is gone; returns the files written or removed."""
+    root = Path(root)
+    settings = read_settings(root)
+    if settings is None:
+        raise LaunchSettingsError(f"{root} has no {CONFIG_FILE}")
+    out = root / CHAPTER_NOTEBOOK_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    touched, wanted = [], set()
+    for page in chapter_pages(root):
+        path = root / chapter_notebook_path(page)
+        wanted.add(path)
+        text = chapter_notebook(root, page, settings)
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            touched.append(path)
+    for path in out.glob("*.ipynb"):
+        if path not in wanted:
+            path.unlink()
+            touched.append(path)
+    return touched
+
+
+def stale_chapter_notebooks(root: str | Path) -> list[str]:
+    """Repository paths of chapter notebooks that are missing, out of date or left
+    over (empty when ``book/notebooks/`` matches the chapters)."""
+    root = Path(root)
+    settings = read_settings(root)
+    if settings is None:
+        raise LaunchSettingsError(f"{root} has no {CONFIG_FILE}")
+    stale, wanted = [], set()
+    for page in chapter_pages(root):
+        rel = chapter_notebook_path(page)
+        wanted.add(rel)
+        path = root / rel
+        if not path.is_file() or path.read_text() != chapter_notebook(
+            root, page, settings
+        ):
+            stale.append(rel)
+    for path in sorted((root / CHAPTER_NOTEBOOK_DIR).glob("*.ipynb")):
+        rel = path.relative_to(root).as_posix()
+        if rel not in wanted:
+            stale.append(rel)
+    return stale
+
+
+# --- launch links ---------------------------------------------------------------
+
+_UI_PREFIX = {"classic": "tree", "jupyterlab": "lab/tree"}
+
+
+def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
+    """Button text -> URL that opens the repository file ``path`` (an ``.ipynb``) on
+    each configured service. JupyterHub pulls the student repository (nbgitpuller)
+    and opens the same path in it."""
+    org, repo = settings.github
+    ui = _UI_PREFIX[settings.notebook_interface]
+    urls = {}
+    if settings.binderhub_url:
+        urls["Binder"] = (
+            f"{settings.binderhub_url}/v2/gh/{org}/{repo}/{settings.branch}"
+            f"?urlpath={quote(f'{ui}/{path}')}"
+        )
+    if settings.colab_url:
+        urls["Colab"] = (
+            f"{settings.colab_url}/github/{org}/{repo}/blob/{settings.branch}/{path}"
+        )
+    if settings.jupyterhub_url:
+        _, student_repo = _github_parts(
+            settings.student_repository, "launch_buttons.student_repository"
+        )
+        query = urlencode(
+            {
+                "repo": settings.student_repository,
+                "branch": settings.student_branch,
+                "urlpath": f"{ui}/{student_repo}/{path}",
+            },
+            safe="/",
+        )
+        urls["JupyterHub"] = (
+            f"{settings.jupyterhub_url}/hub/user-redirect/git-pull?{query}"
+        )
+    return urls
+
+
+# --- Sphinx extension -----------------------------------------------------------
+
+
+def _page_context(app, pagename, templatename, context, doctree) -> None:
+    """Point the launch buttons and the .ipynb download of a chapter at its committed
+    notebook (runs after sphinx-book-theme built its buttons). In the class edition
+    the buttons open the student repository (none without one) and the download is
+    the class edition of the chapter notebook."""
+    if pagename not in app.env.course_launch_pages:
+        return
+    settings = app.env.course_launch_settings  # None: class edition, no student repo
+    class_edition = app.env.course_class_edition
+    rel = chapter_notebook_path(pagename)
+    urls = launch_urls(settings, rel) if settings is not None else {}
+    for group in context.get("header_buttons", []):
+        if group.get("label") == "launch-buttons":
+            kept = []
+            for button in group.get("buttons", []):
+                if button.get("type") == "link" and button.get("text") in (
+                    "Binder",
+                    "Colab",
+                    "JupyterHub",
+                ):
+                    if button["text"] not in urls:
+                        continue
+                    button["url"] = urls[button["text"]]
+                kept.append(button)
+            group["buttons"] = kept
+        for button in group.get("buttons", []) or []:
+            if button.get("label") == "download-notebook-button":
+                target = Path(app.outdir) / "_sources" / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if class_edition:
+                    target.write_text(chapter_notebook(
+                        app.srcdir, pagename, settings or app.env.course_open_settings,
+                        class_edition=True,
+                    ))
+                else:
+                    shutil.copyfile(Path(app.srcdir) / rel, target)
+                depth = pagename.count("/")
+                button["url"] = "../" * depth + f"_sources/{rel}"
+
+
+def _builder_inited(app) -> None:
+    root = Path(app.srcdir)
+    settings = read_settings(root)
+    class_edition = app.tags.has("class_edition")  # set by book/_ext/course_edition
+    app.env.course_class_edition = class_edition
+    app.env.course_open_settings = settings
+    app.env.course_launch_settings = (
+        class_settings(settings) if class_edition and settings else settings
+    )
+    app.env.course_launch_pages = set(chapter_pages(root)) if settings else set()
+    if settings is None:
+        return
+    stale = stale_chapter_notebooks(root)
+    if stale:
+        # A note, not a warning: a chapter edited without `make notebooks` still builds
+        # strictly (its buttons open the committed notebook); tests/test_launch_links.py
+        # fails until the notebooks are regenerated.
+        from sphinx.util import logging
+
+        logging.getLogger(__name__).info(
+            "chapter notebooks out of date (the launch buttons open them): %s; "
+            "run `make notebooks` and commit book/notebooks/",
+            ", ".join(stale),
+        )
+
+
+def setup(app) -> dict[str, Any]:
+    """Sphinx entry point (``sphinx.extra_extensions`` in ``_config.yml``)."""
+    app.connect("builder-inited", _builder_inited)
+    # after sphinx-book-theme's add_launch_buttons / add_header_buttons (501)
+    app.connect("html-page-context", _page_context, priority=502)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.grading.editions.launch [ROOT]``: rewrite the chapter
+    notebooks."""
+    args = sys.argv[1:] if argv is None else argv
+    root = Path(args[0]) if args else Path.cwd()
+    try:
+        touched = write_chapter_notebooks(root)
+    except LaunchSettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in touched:
+        print(f"wrote {path.relative_to(root)}")
+    print(f"{len(chapter_pages(root))} chapter notebooks under {CHAPTER_NOTEBOOK_DIR}/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,285 @@
+"""``course publish OUT``: the student-facing tree of a credit-bearing class.
+
+The instructor's repository holds everything (``solutions/``, the hidden graders, the
+grading tool). What students of a class get is written by :func:`publish` into a new
+folder, ready to push to a public repository or a web server:
+
+* ``OUT/html/``: the **class edition** of the book, built with ``COURSE_EDITION=class``
+  (``book/_ext/course_edition.py``), so the "Solution to exercise N" listings are left
+  out of the pages, the search index and the page sources;
+* ``OUT/notebooks/``: the release notebooks of ``notebooks/`` (no solution regions, no
+  hidden test cells);
+* ``OUT/dist/``: the student wheel of
+  :func:`course_lib.grading.editions.library.build_student_wheel` (exercise targets
+  stubbed, hidden graders and the grading tool left out);
+* ``OUT/book/notebooks/``: the chapter notebooks that the class edition's launch
+  buttons open, without the solution dropdowns;
+* ``OUT/binder/``: the Binder environment of the student repository (CPU torch, then
+  the wheel of ``dist/``);
+* ``OUT/README.md``: what each folder is.
+
+``OUT`` is meant to become the class's public student repository
+(``launch_buttons.student_repository`` in ``_config.yml``): the class edition's launch
+buttons and set-up cells point there, never at the instructor's repository
+(:func:`course_lib.grading.editions.launch.class_settings`).
+
+Nothing is read from ``solutions/``. The class build reuses the execution cache of the
+open build (``_build/.jupyter_cache``): chapters whose code did not change are not run
+again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CourseError
+
+__all__ = ["PublishError", "PublishResult", "find_course_root", "publish"]
+
+# Signs of an answer in a published file: a solution dropdown that reached the HTML or
+# an open-edition-only block left in a page source; in a notebook, nbgrader's solution
+# or hidden-test regions (the book's prose may name those markers).
+_BOOK_LEAKS = re.compile(
+    r"<summary[^>]*>(?:\s*<[^>]+>)*\s*Solution to exercise"
+    r"|^:{3,}\{only\}\s+not\s+class_edition", re.MULTILINE
+)
+_NOTEBOOK_LEAKS = re.compile(r"### BEGIN SOLUTION|### BEGIN HIDDEN TESTS")
+_SKIP_DIRS = {".ipynb_checkpoints", "__pycache__"}
+
+
+class PublishError(CourseError):
+    """``course publish`` cannot go on; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    out: Path
+    html: Path
+    notebooks: list[Path]
+    wheel: Path
+
+
+def find_course_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` holding ``_config.yml`` and
+    ``notebooks/``."""
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_config.yml").is_file() and (folder / "notebooks").is_dir():
+            return folder
+    raise PublishError(
+        f"no course folder (one with _config.yml and notebooks/) at or above {here}; "
+        "run course publish from the course repository or pass --root"
+    )
+
+
+def _check_out(out: Path, root: Path) -> Path:
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise PublishError(f"{out} exists and is not a folder; name a new or empty one")
+    if out.is_dir() and any(out.iterdir()):
+        raise PublishError(
+            f"{out} is not empty; publish into a new or empty folder so that nothing "
+            "old (or private) is published with it"
+        )
+    inside = out.relative_to(root).parts[:1] if root in out.parents else ()
+    if out == root or out in root.parents or (
+        inside and inside[0] in {"solutions", "notebooks", "book", "course_lib"}
+    ):
+        raise PublishError(
+            f"{out} is (or holds) a folder of the course itself; publish into a folder "
+            "of its own"
+        )
+    return out
+
+
+def _class_config(root: Path, tmp: Path) -> Path:
+    """A copy of ``_config.yml`` for the class build: paths made absolute (the copy
+    lives elsewhere) and the open build's execution cache reused."""
+    import yaml
+
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8")) or {}
+    sphinx = config.setdefault("sphinx", {})
+    local = sphinx.get("local_extensions") or {}
+    sphinx["local_extensions"] = {name: str((root / path).resolve())
+                                  for name, path in local.items()}
+    execute = config.setdefault("execute", {})
+    execute["cache"] = str(root / "_build" / ".jupyter_cache")
+    path = tmp / "_config.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def build_class_html(root: Path, *, log=print) -> Path:
+    """Build the class edition of the book (strict) and return its HTML folder."""
+    build = root / "_build" / "class"
+    shutil.rmtree(build / "_build" / "html", ignore_errors=True)  # no stale pages
+    build.mkdir(parents=True, exist_ok=True)
+    logfile = build / "build.log"
+    jb = Path(sys.executable).with_name("jupyter-book")
+    command = [str(jb) if jb.exists() else "jupyter-book"]
+    with tempfile.TemporaryDirectory(prefix="course-publish-") as tmp:
+        config = _class_config(root, Path(tmp))
+        command += ["build", str(root), "--builder", "html",
+                    "--path-output", str(build), "--config", str(config),
+                    "-W", "-n", "--keep-going"]
+        log("building the class edition of the book (COURSE_EDITION=class) ...")
+        env = {**os.environ, "COURSE_EDITION": "class"}
+        with open(logfile, "w", encoding="utf-8") as fh:
+            try:
+                run = subprocess.run(command, cwd=root, env=env, stdout=fh,
+                                     stderr=subprocess.STDOUT)
+            except FileNotFoundError:
+                raise PublishError(
+                    "jupyter-book is not installed; install the book extra: "
+                    "pip install 'course_lib[book]'"
+                ) from None
+    html = build / "_build" / "html"
+    if run.returncode != 0 or not (html / "index.html").is_file():
+        raise PublishError(
+            f"the class edition of the book did not build; see {logfile}"
+        )
+    return html
+
+
+def _text_files(folder: Path):
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.suffix in {".html", ".js", ".txt", ".md", ".ipynb",
+                                              ".json"}:
+            yield path
+
+
+def _copy_notebooks(root: Path, dest: Path) -> list[Path]:
+    src = root / "notebooks"
+    written = []
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if not path.is_file() or _SKIP_DIRS & set(rel.parts):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        written.append(target)
+    if not any(p.suffix == ".ipynb" for p in written):
+        raise PublishError(
+            f"{src} holds no release notebook; run `course release all` first"
+        )
+    return written
+
+
+def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
+    """Write the student-facing tree of a class into the new or empty folder ``out``."""
+    root = find_course_root(root).resolve() if root is None else Path(root).resolve()
+    if not (root / "_config.yml").is_file():
+        raise PublishError(f"{root} has no _config.yml: it is not the course folder")
+    out = _check_out(out, root)
+
+    html_src = build_class_html(root, log=log)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(out, root, html_src, log)
+    except BaseException:
+        # OUT was new or empty: leave nothing half-published behind
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for child in out.iterdir():
+                (shutil.rmtree if child.is_dir() else Path.unlink)(child)
+        raise
+
+
+def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
+    """The chapter notebooks, the releases' set-up cells and ``binder/`` of the
+    student repository."""
+    from .launch import (
+        chapter_notebook,
+        chapter_notebook_path,
+        chapter_pages,
+        class_settings,
+        read_settings,
+        refresh_setup_cells,
+        student_wheel_name,
+    )
+
+    if wheel.name != student_wheel_name():
+        raise PublishError(
+            f"the student wheel is {wheel.name}, but the set-up cells would install "
+            f"{student_wheel_name()}; reinstall course_lib (pip install -e .) and "
+            "publish again"
+        )
+    settings = read_settings(root)
+    if settings is None:
+        raise PublishError(f"{root} has no _config.yml: it is not the course folder")
+    launch = class_settings(settings)
+    if launch is None:
+        log("note: launch_buttons.student_repository is not set in _config.yml, so "
+            "the class edition has no Binder/Colab/JupyterHub buttons")
+    else:
+        refresh_setup_cells(sorted((out / "notebooks").rglob("*.ipynb")), launch)
+    for page in chapter_pages(root):
+        path = out / chapter_notebook_path(page)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            chapter_notebook(root, page, launch or settings, class_edition=True),
+            encoding="utf-8",
+        )
+    binder = out / "binder"
+    binder.mkdir()
+    for name in ("runtime.txt", "requirements.txt"):
+        shutil.copyfile(root / "binder" / name, binder / name)
+    post = binder / "postBuild"
+    post.write_text(
+        "#!/bin/bash\n"
+        "# repo2docker runs this after binder/requirements.txt (CPU torch and the\n"
+        "# other dependencies): install the student package of dist/.\n"
+        "set -euo pipefail\n"
+        f"python -m pip install --no-cache-dir --no-deps dist/{wheel.name}\n",
+        encoding="utf-8",
+    )
+    post.chmod(0o755)
+
+
+def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
+    html = out / "html"
+    shutil.copytree(html_src, html, ignore=shutil.ignore_patterns(".buildinfo"))
+    notebooks = _copy_notebooks(root, out / "notebooks")
+
+    from .library import build_student_wheel
+
+    log("building the student wheel ...")
+    wheel = build_student_wheel(out / "dist")
+    _write_launch_files(out, root, wheel, log)
+
+    checks = [(p, _BOOK_LEAKS) for p in _text_files(html)]
+    checks += [(p, _BOOK_LEAKS) for p in _text_files(out / "book")]
+    checks += [(p, _NOTEBOOK_LEAKS) for p in _text_files(out / "notebooks")]
+    for path, leaks in checks:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        leak = leaks.search(text)
+        if leak:
+            raise PublishError(
+                f"{path.relative_to(out)} contains {leak.group(0)!r}: the published "
+                "tree would show an answer, so nothing was published"
+            )
+    (out / "README.md").write_text(
+        "# Student edition\n\n"
+        "Written by `course publish`.\n\n"
+        "- `html/`: the book (class edition: no solution listings); open "
+        "`html/index.html` or serve the folder.\n"
+        "- `notebooks/`: the exercise notebooks; check one with "
+        "`course check notebooks/<name>/<name>.ipynb`.\n"
+        "- `book/notebooks/`: the chapters as notebooks (what the book's launch "
+        "buttons open).\n"
+        f"- `dist/`: the student package: `pip install dist/{wheel.name}`.\n"
+        "- `binder/`: the Binder environment (CPU torch, then the package of "
+        "`dist/`).\n",
+        encoding="utf-8",
+    )
+    return PublishResult(out=out, html=html, notebooks=notebooks, wheel=wheel)

@@ -1,0 +1,430 @@
+"""Test cells judged outside the student's kernel, and a cap on notebook output.
+
+:class:`VerifiedExecute` is nbgrader's ``Execute`` step as ``course autograde`` runs
+it. It differs in three ways:
+
+* every kernel starts with :func:`course_lib.checks._record.start` (IPython's
+  ``exec_lines``, before any cell), so the graders record what they gave the
+  student's functions and what came back;
+* after each test cell that calls graders (``check_<name>(...)``,
+  ``grade_<name>(...)``), it asks the kernel for that cell's record, runs the same
+  graders again in this process, where no student code ever ran, on the recorded
+  answers (:func:`course_lib.checks._record.replaying`), and writes *that* verdict
+  into the cell: the output nbgrader scores. The cell passes only if it passed in
+  the kernel, the replay passes, and the kernel saw no tampering. Any sign of
+  tampering fails the cell with a ``TamperingDetected`` error that says what was
+  seen;
+* a cell's output is cut after :attr:`VerifiedExecute.max_cell_output` bytes (and a
+  notebook's after :attr:`VerifiedExecute.max_notebook_output`): a submission that
+  prints megabytes cannot bloat the gradebook, the feedback or the grader's memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+import json
+import pkgutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nbclient.util import ensure_async, run_sync
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+from nbgrader.converters import Autograde
+from nbgrader.preprocessors import Execute
+from traitlets import Integer
+
+from ..kernels.execute import GradingExecute
+
+__all__ = [
+    "GraderCall",
+    "VerifiedExecute",
+    "autograde_preprocessors",
+    "grader_calls",
+    "pristine_graders",
+]
+
+_START = "import course_lib.checks._record as _r; _r.start(); del _r"
+_EXEC_LINES = f"--IPKernelApp.exec_lines={_START}"
+_RECORD = "course_lib.checks._record"
+# Errors after which the kernel may still be busy with the cell.
+_BUSY = {"CellTimeoutError", "DeadKernelError", "UnresponsiveKernelError"}
+
+
+def pristine_graders() -> dict[str, dict[str, Callable]]:
+    """name -> {module name -> grader} for every ``check_*``/``grade_*`` exported by
+    a ``course_lib.checks`` module, imported in this (trusted) process."""
+    import course_lib.checks as package
+
+    out: dict[str, dict[str, Callable]] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name, None)
+            if name.startswith(("check_", "grade_")) and callable(obj):
+                out.setdefault(name, {})[module.__name__] = obj
+    return out
+
+
+@dataclass(frozen=True)
+class GraderCall:
+    """One grader call of a test cell: ``grader(*args)``; each argument is
+    ``("name", identifier)`` (a value of the notebook) or ``("const", literal)``."""
+
+    grader: str
+    module: str | None
+    args: tuple[tuple[str, Any], ...]
+
+
+def grader_calls(
+    source: str, graders: dict[str, dict[str, Callable]], imported: dict[str, str]
+) -> list[GraderCall] | None:
+    """The grader calls of a test cell, or ``None`` when the cell is anything else
+    than imports from ``course_lib.checks`` and calls ``grader(name, ...)`` (such a
+    cell keeps the kernel's verdict). ``imported`` maps names to the module they
+    were imported from in earlier cells; this cell's imports are added to it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    calls: list[GraderCall] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom):
+            module = stmt.module or ""
+            if stmt.level or not module.startswith("course_lib.checks"):
+                return None
+            for alias in stmt.names:
+                if alias.asname is None:
+                    imported[alias.name] = module
+            continue
+        if not (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id in graders
+            and not stmt.value.keywords
+        ):
+            return None
+        args: list[tuple[str, Any]] = []
+        for arg in stmt.value.args:
+            if isinstance(arg, ast.Name):
+                args.append(("name", arg.id))
+            elif isinstance(arg, ast.Constant):
+                args.append(("const", arg.value))
+            else:
+                return None
+        name = stmt.value.func.id
+        module = imported.get(name)
+        if module not in graders[name]:
+            if len(graders[name]) != 1:
+                return None
+            module = next(iter(graders[name]))
+        calls.append(GraderCall(name, module, tuple(args)))
+    return calls or None
+
+
+def _is_test_cell(cell: NotebookNode) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return (
+        cell.get("cell_type") == "code"
+        and bool(meta.get("grade"))
+        and not meta.get("solution")
+    )
+
+
+def _failure(ename: str, message: str) -> NotebookNode:
+    return new_output(
+        "error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]
+    )
+
+
+def _stdout(text: str) -> NotebookNode:
+    return new_output("stream", name="stdout", text=text)
+
+
+def _message_size(msg: dict[str, Any]) -> int:
+    content = msg.get("content", {})
+    if msg.get("msg_type") == "stream":
+        return len(content.get("text", ""))
+    size = 0
+    for value in (content.get("data") or {}).values():
+        size += len(value) if isinstance(value, str) else len(json.dumps(value))
+    return size
+
+
+class VerifiedExecute(GradingExecute):
+    """``Execute`` with test cells judged outside the kernel and output capped
+    (see the module docstring)."""
+
+    max_cell_output = Integer(
+        1 << 20, help="bytes of output kept per cell; the rest is dropped"
+    ).tag(config=True)
+    max_notebook_output = Integer(
+        8 << 20, help="bytes of output kept per notebook; the rest is dropped"
+    ).tag(config=True)
+
+    # ------------------------------------------------------------------ set-up
+
+    @contextlib.contextmanager
+    def setup_kernel(self, **kwargs):
+        if _EXEC_LINES not in self.extra_arguments:
+            self.extra_arguments = [*self.extra_arguments, _EXEC_LINES]
+        self._graders = pristine_graders()
+        self._imported: dict[str, str] = {}
+        self._output_cell: int | None = None
+        self._cell_bytes = 0
+        self._notebook_bytes = 0
+        self._truncated: set[int] = set()
+        self._verified, self._verify_seconds = 0, 0.0
+        with super().setup_kernel(**kwargs):
+            yield
+        self.log.info(
+            "verified %d test cells outside the kernel in %.3f s",
+            self._verified,
+            self._verify_seconds,
+        )
+
+    # ------------------------------------------------------------- output cap
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg.get("msg_type") == "error":
+            content = msg.get("content", {})
+            content["evalue"] = str(content.get("evalue", ""))[:4000]
+            content["traceback"] = [
+                str(line)[:2000] for line in (content.get("traceback") or [])[:200]
+            ]
+            return super().output(outs, msg, display_id, cell_index)
+        if cell_index != self._output_cell:
+            self._output_cell, self._cell_bytes = cell_index, 0
+        size = _message_size(msg)
+        self._cell_bytes += size
+        self._notebook_bytes += size
+        if (
+            self._cell_bytes > self.max_cell_output
+            or self._notebook_bytes > self.max_notebook_output
+        ):
+            if cell_index not in self._truncated:
+                self._truncated.add(cell_index)
+                outs.append(
+                    _stdout(
+                        "\n[output truncated by the grader: a cell may show "
+                        f"{self.max_cell_output >> 10} KiB and a notebook "
+                        f"{self.max_notebook_output >> 20} MiB of output]\n"
+                    )
+                )
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+    # ------------------------------------------------------- verified test cells
+
+    def preprocess_cell(self, cell, resources, index):
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if _is_test_cell(cell):
+            calls = grader_calls(cell.source, self._graders, self._imported)
+            if calls is not None:
+                start = time.perf_counter()
+                self._verify(cell, calls)
+                self._verified += 1
+                self._verify_seconds += time.perf_counter() - start
+        elif cell.get("cell_type") == "code":
+            # Imports in any cell tell which module a grader name comes from.
+            grader_calls(cell.source, self._graders, self._imported)
+        return cell, resources
+
+    def _verify(self, cell: NotebookNode, calls: list[GraderCall]) -> None:
+        errors = [
+            o.get("ename", "")
+            for o in cell.get("outputs", [])
+            if o.get("output_type") == "error"
+        ]
+        if any(e in _BUSY for e in errors):
+            return  # the kernel may still be running the cell: no probe
+        try:
+            report = self._probe(cell, calls)
+        except Exception as exc:  # noqa: BLE001 - any failure of the probe
+            if errors:
+                return  # failed in the kernel anyway: its error stays
+            cell.outputs = [
+                _failure(
+                    "TamperingDetected",
+                    "tampering detected: the kernel did not answer the grading "
+                    f"tool's check after this test ({type(exc).__name__}: "
+                    f"{str(exc)[:300]})",
+                )
+            ]
+            return
+        if errors:
+            # Failed in the kernel: zero points whatever the replay says; the
+            # message says so when the kernel was tampered with.
+            tampering = self._tampering(report)
+            if tampering is not None:
+                cell.outputs = [tampering]
+            return
+        judged = self._judge(calls, report)
+        if judged is None:
+            self.log.info(
+                "test cell %s judged in the kernel only: its grader uses the "
+                "student's function directly",
+                cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"),
+            )
+        else:
+            cell.outputs = judged
+
+    def _probe(self, cell: NotebookNode, calls: list[GraderCall]) -> dict[str, Any]:
+        names = [v for c in calls for kind, v in c.args if kind == "name"]
+        graders = [c.grader for c in calls]
+        count = int(cell.get("execution_count") or -1)
+        expression = (
+            f"__import__({_RECORD!r}, fromlist=['probe']).probe("
+            f"{count}, {graders!r}{''.join(', ' + n for n in names)})"
+        )
+        reply = run_sync(self._async_probe)(cell, expression)
+        if reply is None:
+            raise TimeoutError("no reply in time")
+        content = reply.get("content", {})
+        result = (content.get("user_expressions") or {}).get("probe") or {}
+        if content.get("status") != "ok" or result.get("status") != "ok":
+            error = result.get("ename") or content.get("ename") or "no result"
+            raise RuntimeError(f"{error}: {str(result.get('evalue', ''))[:200]}")
+        text = ast.literal_eval(result["data"]["text/plain"])
+        report = json.loads(text)
+        if not isinstance(report, dict):
+            raise ValueError("the answer is not a JSON object")
+        report["names"] = names
+        return report
+
+    async def _async_probe(self, cell: NotebookNode, expression: str):
+        msg_id = await ensure_async(
+            self.kc.execute(
+                "",
+                silent=True,
+                store_history=False,
+                user_expressions={"probe": expression},
+                allow_stdin=False,
+            )
+        )
+        return await self.async_wait_for_reply(msg_id, cell)
+
+    @staticmethod
+    def _tampering(report: dict[str, Any]) -> NotebookNode | None:
+        """The failure to show when the kernel reports tampering, else ``None``."""
+        if not report.get("active"):
+            return _failure(
+                "TamperingDetected",
+                "tampering detected: the grading recorder in the kernel was "
+                "stopped or replaced by code in the notebook (or failed to "
+                "start), so this test cannot be trusted",
+            )
+        tamper = [str(t)[:120] for t in report.get("tamper") or []][:8]
+        if tamper:
+            return _failure(
+                "TamperingDetected",
+                "tampering detected: code in the notebook replaced "
+                f"{', '.join(tamper)}; the graders cannot trust this kernel",
+            )
+        return None
+
+    def _judge(
+        self, calls: list[GraderCall], report: dict[str, Any]
+    ) -> list[NotebookNode] | None:
+        """The outputs the cell is scored by: the pristine graders' verdict
+        (``None``: the grader cannot be replayed, the kernel's verdict stands; the
+        tampering checks have passed)."""
+        from course_lib.checks import _record
+        from course_lib.checks._errors import CheckFailed
+
+        tampering = self._tampering(report)
+        if tampering is not None:
+            return [tampering]
+        values = dict(zip(report["names"], report.get("args") or [], strict=False))
+        events = report.get("events")
+        if not isinstance(events, list):
+            events = []
+        out = io.StringIO()
+        deferred = report.get("deferred")
+        deferred = set(deferred) if isinstance(deferred, list) else set()
+        current = None
+        try:
+            with (
+                _record.replaying(events, str(report.get("default_dtype"))),
+                contextlib.redirect_stdout(out),
+            ):
+                for call in calls:
+                    current = call.grader
+                    grader = self._graders[call.grader][call.module]
+                    args = []
+                    for kind, value in call.args:
+                        if kind == "const":
+                            args.append(value)
+                        elif value in values:
+                            args.append(_record.decode(values[value]))
+                        else:
+                            raise _record.Tampered(
+                                f"the kernel did not report the value of {value}"
+                            )
+                    grader(*args)
+        except _record.Unreplayable:
+            if current in deferred:
+                # the kernel's grader gave no verdict: nothing else can judge this
+                return [
+                    _failure(
+                        "TamperingDetected",
+                        "tampering detected: this test cannot be judged from the "
+                        "notebook's record and its kernel gave no verdict",
+                    )
+                ]
+            return None
+        except _record.Tampered as exc:
+            return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
+                _failure("TamperingDetected", f"tampering detected: {exc}")
+            ]
+        except CheckFailed as exc:
+            if current in deferred:
+                # The kernel's hidden grader holds no expected value and left the
+                # verdict to this replay (the grading edition): an honest failure.
+                return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
+                    _failure(type(exc).__name__, str(exc)[:2000])
+                ]
+            return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
+                _failure(
+                    "TamperingDetected",
+                    "tampering detected: this test passed inside the notebook but "
+                    f"fails when checked outside it: {exc}",
+                )
+            ]
+        except ValueError as exc:
+            return [
+                _failure(
+                    "TamperingDetected",
+                    f"tampering detected: the kernel's record is malformed ({exc})",
+                )
+            ]
+        except Exception as exc:  # noqa: BLE001 - a grader failing on odd values
+            return [_failure(type(exc).__name__, str(exc)[:2000])]
+        return [_stdout(out.getvalue())]
+
+
+def autograde_preprocessors(configured: list | None = None) -> list:
+    """nbgrader's autograde preprocessors (``configured``, else nbgrader's default)
+    with ``Execute`` replaced by :class:`VerifiedExecute` (test cells judged outside
+    the student's kernel, output capped)."""
+    if configured is None:
+        configured = Autograde.class_traits()["autograde_preprocessors"].default()
+    names = {
+        "Execute",
+        "nbgrader.preprocessors.Execute",
+        "nbgrader.preprocessors.execute.Execute",
+    }
+    return [
+        VerifiedExecute
+        if pp is Execute or (isinstance(pp, str) and pp in names)
+        else pp
+        for pp in configured
+    ]
