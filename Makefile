@@ -62,17 +62,23 @@ $(SYSTEM_STAMP):
 setup: $(STAMP) $(MATHJAX)
 
 book: setup
-	$(BIN)/python -m course_lib.grading.launch
+	$(BIN)/python -m course_lib.grading.editions.launch
 	$(BIN)/jupyter-book build . --builder html
 	@echo ""
 	@echo "The book is built. Open file://$(CURDIR)/_build/html/index.html"
 	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000"
 
+# The tests run side by side, one worker per CPU (pytest-xdist), each test file in
+# one worker (its module fixtures are set up once); the built book is shared
+# (tests/conftest.py). PYTEST_JOBS=0 runs them all in this process.
+PYTEST_JOBS ?= auto
+PYTEST_PARALLEL = -n $(PYTEST_JOBS) --dist loadfile
+
 test: setup $(SYSTEM_STAMP) $(AXE)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check course_lib tests benchmarks
@@ -84,10 +90,10 @@ bench: setup
 # chapter notebooks that the book's launch buttons open (book/notebooks/).
 release: setup
 	$(BIN)/course release all
-	$(BIN)/python -m course_lib.grading.launch
+	$(BIN)/python -m course_lib.grading.editions.launch
 
 notebooks: setup
-	$(BIN)/python -m course_lib.grading.launch
+	$(BIN)/python -m course_lib.grading.editions.launch
 
 lab: setup
 	$(BIN)/course lab

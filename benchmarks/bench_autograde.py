@@ -276,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
             without = dict(env, PYTHONPATH=str(shadow.parent))
         # The grading edition is written by a term's first run and copied from the
         # grading user's cache by every later one: fill the cache before timing.
-        from course_lib.grading.sandbox import _grading_edition
+        from course_lib.grading.kernels.sandbox import grading_edition
 
         _log("filling the grading edition cache")
-        _grading_edition()
+        grading_edition()
         out: list[str] = []
         for k, n in enumerate(sizes):
             _log(f"building a course with {n} submissions in {tmp}")

@@ -8,7 +8,7 @@ way a first ``course autograde`` runs it; the numbers the per-cell time limits o
 
 Each notebook of ``solutions/<assignment>/`` runs in a new kernel (a new process:
 nothing imported, nothing cached in memory), started exactly as grading starts one:
-through :class:`~course_lib.grading.kernel.GradingKernelManager` with the grading
+through :class:`~course_lib.grading.kernels.start.GradingKernelManager` with the grading
 sandbox (read-only ``.venv`` and course, ``PYTHONDONTWRITEBYTECODE``, an empty
 in-memory ``HOME`` so no matplotlib or other user cache survives), one thread
 (``course autograde`` gives each of its ``--jobs`` workers ``cpus / jobs`` threads,
@@ -93,7 +93,7 @@ def run_notebook(path: Path, launcher, *, threads: int = 1) -> dict:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from course_lib.grading.kernel import (
+    from course_lib.grading.kernels.start import (
         GradingKernelManager,
         KernelContext,
         KernelLimits,
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from course_lib.grading.course import Course
-    from course_lib.grading.sandbox import grading_launcher
+    from course_lib.grading.kernels.sandbox import grading_launcher
 
     known = assignments()
     names = args.assignments or known

@@ -82,7 +82,7 @@ def _positive_int(text: str) -> int:
 
 
 def _memory(text: str) -> int | None:
-    from .grading.kernel import parse_bytes
+    from .grading.kernels.start import parse_bytes
 
     try:
         return parse_bytes(text)
@@ -121,6 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_LazyVersion)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
+    quiet_opts, course_opts = _shared_options()
+    _add_check(sub)
+    _add_release(sub, quiet_opts, course_opts)
+    _add_collect(sub, quiet_opts, course_opts)
+    _add_autograde(sub, quiet_opts, course_opts)
+    _add_feedback(sub, quiet_opts, course_opts)
+    _add_report(sub, quiet_opts, course_opts)
+    _add_publish(sub)
+    _add_lab(sub)
+    return parser
+
+
+def _shared_options() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The options several commands share: ``--quiet``; ``--root`` and ``--db``."""
     quiet_opts = _Parser(add_help=False)
     quiet_opts.add_argument(
         "--quiet",
@@ -143,7 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="gradebook as an SQLAlchemy URL, e.g. sqlite:///gradebook.db or "
         "postgresql+psycopg://user@host/db (default: nbgrader_config.py)",
     )
+    return quiet_opts, course_opts
 
+
+def _add_check(sub) -> None:
+    """The ``course check`` command."""
     p = sub.add_parser(
         "check",
         help="run a notebook and report its public checks (students)",
@@ -167,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory limit of the kernel, e.g. 4G (default), or none",
     )
 
+
+def _add_release(sub, quiet_opts, course_opts) -> None:
+    """The ``course release`` command."""
     p = sub.add_parser(
         "release",
         parents=[course_opts, quiet_opts],
@@ -182,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="assignment id or prefix (ex05), or 'all' (default)",
     )
 
+
+def _add_collect(sub, quiet_opts, course_opts) -> None:
+    """The ``course collect`` command."""
     p = sub.add_parser(
         "collect",
         parents=[course_opts, quiet_opts],
@@ -204,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
         "group (?P<student>...), e.g. '(?P<student>[a-z]+)-ex05\\.ipynb'",
     )
 
+
+def _add_autograde(sub, quiet_opts, course_opts) -> None:
+    """The ``course autograde`` command."""
     p = sub.add_parser(
         "autograde",
         parents=[course_opts, quiet_opts],
@@ -275,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
         "permissions: it can read the solutions and change the gradebook)",
     )
 
+
+def _add_feedback(sub, quiet_opts, course_opts) -> None:
+    """The ``course feedback`` command."""
     p = sub.add_parser(
         "feedback",
         parents=[course_opts, quiet_opts],
@@ -282,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("assignment", help="assignment id or prefix")
 
+
+def _add_report(sub, quiet_opts, course_opts) -> None:
+    """The ``course report`` command."""
     p = sub.add_parser(
         "report",
         parents=[course_opts],
@@ -295,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder (default: reports/<assignment>/)",
     )
 
+
+def _add_publish(sub) -> None:
+    """The ``course publish`` command."""
     p = sub.add_parser(
         "publish",
         help="write the student-facing tree of a class: the class edition of the book "
@@ -308,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="course folder (default: the nearest folder with _config.yml "
                    "and notebooks/ at or above the working directory)")
 
+
+def _add_lab(sub) -> None:
+    """The ``course lab`` command."""
     p = sub.add_parser(
         "lab",
         help="run the length-extrapolation lab (course_lib.experiments)",
@@ -318,7 +357,6 @@ def build_parser() -> argparse.ArgumentParser:
         nargs=argparse.REMAINDER,
         help="arguments passed on to the lab (try: course lab --help)",
     )
-    return parser
 
 
 def _course(args):
@@ -331,7 +369,7 @@ def _course(args):
 
 def _cmd_check(args) -> int:
     from .grading.check import check_notebook, format_report
-    from .grading.kernel import KernelLimits
+    from .grading.kernels.start import KernelLimits
 
     report = check_notebook(
         args.notebook,
@@ -383,8 +421,8 @@ def _cmd_autograde(args) -> int:
         limits_text,
         summary_lines,
     )
-    from .grading.kernel import KernelContext, KernelLimits
-    from .grading.sandbox import grading_launcher
+    from .grading.kernels.sandbox import grading_launcher
+    from .grading.kernels.start import KernelContext, KernelLimits
 
     course = _course(args)
     # a wrong or unreleased assignment is said before the sandbox is built
@@ -392,7 +430,7 @@ def _cmd_autograde(args) -> int:
         args.assignment = course.resolve_released(gb, args.assignment)
     limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
     if args.cluster and not args.unsafe_no_sandbox:
-        from .grading.sandbox import SandboxLauncher, SandboxSettings
+        from .grading.kernels.sandbox import SandboxLauncher, SandboxSettings
 
         # each worker checks and builds its own sandbox (course_lib.grading.cluster)
         launcher = SandboxLauncher(
@@ -451,7 +489,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_publish(args) -> int:
-    from .grading.publish import publish
+    from .grading.editions.publish import publish
 
     result = publish(args.out, root=args.root,
                      log=lambda line: print(line, file=sys.stderr))
@@ -520,7 +558,7 @@ _COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Run ``course``; returns the exit status (0: success, 1: a check failed,
     2: an error the message explains)."""
-    from .grading.course import CourseError
+    from .grading.errors import CourseError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["lab"]:  # everything after `lab` belongs to the lab's own parser

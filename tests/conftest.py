@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import http.server
 import os
@@ -23,18 +24,6 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
-@pytest.fixture
-def root() -> Path:
-    """The repository root."""
-    return ROOT
-
-
-@pytest.fixture
-def gen() -> torch.Generator:
-    """A seeded generator: tests draw random inputs only through it."""
-    return torch.Generator().manual_seed(0)
-
-
 # --- the built book, served and read in a browser (test_book_site, test_launch_links) -
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -42,31 +31,40 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("book")
+    """The book, built once per test run with warnings as errors. Under
+    pytest-xdist (``make test``) the workers share the run's temporary folder: the
+    first to ask builds the book while the others wait on the lock, then read it
+    (a failed build is reported to each of them, not tried again)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder all workers of this run share
+    out = base / "built-book"
+    html = out / "_build" / "html"
+    failure = out / "build-failed.log"
+    with (base / "built-book.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (html / "index.html").is_file() and not failure.is_file():
+            _build_book(out, failure)
+    assert not failure.is_file(), f"strict book build failed:\n{failure.read_text()}"
+    assert (html / "index.html").is_file()
+    return html
+
+
+def _build_book(out: Path, failure: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     cache = ROOT / "_build" / ".jupyter_cache"
     if cache.is_dir():
         shutil.copytree(cache, out / "_build" / ".jupyter_cache")
     jb = Path(sys.executable).with_name("jupyter-book")
     proc = subprocess.run(
-        [
-            str(jb),
-            "build",
-            str(ROOT),
-            "--path-output",
-            str(out),
-            "-W",
-            "-n",
-            "--keep-going",
-        ],
+        [str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n"]
+        + ["--keep-going"],
         capture_output=True,
         text=True,
         timeout=1800,
     )
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"strict book build failed:\n{log[-6000:]}"
-    html = out / "_build" / "html"
-    assert (html / "index.html").is_file()
-    return html
+    if proc.returncode != 0:
+        failure.write_text((proc.stdout + proc.stderr)[-6000:])
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -108,3 +106,4 @@ def browser():
         )
         yield b
         b.close()
+

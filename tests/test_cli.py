@@ -15,8 +15,9 @@ import pytest
 
 from course_lib import cli
 from course_lib.grading.collect import collect, student_from_path
-from course_lib.grading.course import Course, CourseError, sqlite_url
-from course_lib.grading.kernel import (
+from course_lib.grading.course import Course, sqlite_url
+from course_lib.grading.errors import CourseError
+from course_lib.grading.kernels.start import (
     GradingKernelManager,
     KernelContext,
     KernelLauncher,
@@ -476,7 +477,8 @@ def test_check_starts_the_kernel_before_reading_and_ends_it_on_an_error(
 ):
     """The kernel boots while the notebook is read and repaired; a notebook that
     turns out to have no public checks leaves no kernel (nor connection file)."""
-    from course_lib.grading import check, repair
+    from course_lib.grading import check
+    from course_lib.grading.notebooks import repair
 
     order: list[str] = []
     started = _record_early_kernels(monkeypatch)

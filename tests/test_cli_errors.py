@@ -116,7 +116,7 @@ def test_bad_pattern_is_one_line(place, capsys):
 
 
 def test_missing_sandbox_is_one_line(place, capsys, monkeypatch):
-    from course_lib.grading import sandbox
+    from course_lib.grading.kernels import sandbox
 
     tmp, course = place
     monkeypatch.setattr(

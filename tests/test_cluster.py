@@ -461,8 +461,9 @@ def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
 def test_a_worker_with_other_code_refuses(released, cluster, tmp_path, monkeypatch):
     from course_lib.grading import cluster as cluster_mod
     from course_lib.grading.autograde import AutogradeOptions, autograde
-    from course_lib.grading.course import Course, CourseError
-    from course_lib.grading.kernel import RlimitLauncher
+    from course_lib.grading.course import Course
+    from course_lib.grading.errors import CourseError
+    from course_lib.grading.kernels.start import RlimitLauncher
 
     root = _copy(released, tmp_path / "course")
     cluster.ensure()
@@ -557,11 +558,11 @@ def test_a_grading_that_hangs_past_its_limit_is_stopped(monkeypatch):
     import threading
     import types
 
-    from course_lib.grading import autograde
     from course_lib.grading import cluster as cluster_mod
-    from course_lib.grading.kernel import KernelLimits
+    from course_lib.grading import grade
+    from course_lib.grading.kernels.start import KernelLimits
 
-    monkeypatch.setattr(autograde, "_GRACE_SECONDS", 0.2)
+    monkeypatch.setattr(grade, "GRACE_SECONDS", 0.2)
     limits = KernelLimits(wall_seconds=0.3)
     spec = types.SimpleNamespace(limits=limits)
     job = types.SimpleNamespace(student="ada")
@@ -573,10 +574,10 @@ def test_a_grading_that_hangs_past_its_limit_is_stopped(monkeypatch):
         release.wait(30)
         return {"status": "graded"}
 
-    monkeypatch.setattr(autograde, "grade_submission", hangs)
+    monkeypatch.setattr(grade, "grade_submission", hangs)
     try:
         out = cluster_mod._grade_watched(spec, job)
-        assert out == autograde.worker_timed_out(limits)
+        assert out == grade.worker_timed_out(limits)
         assert "exceeded the time limit of 0.3 s per submission" in out["reason"]
         assert kernel.wait(10) == -signal.SIGKILL
     finally:
@@ -584,7 +585,7 @@ def test_a_grading_that_hangs_past_its_limit_is_stopped(monkeypatch):
         if kernel.poll() is None:
             kernel.kill()
     answer = {"status": "graded", "grades": {"x": 1}}
-    monkeypatch.setattr(autograde, "grade_submission", lambda s, j, k: dict(answer))
+    monkeypatch.setattr(grade, "grade_submission", lambda s, j, k: dict(answer))
     assert cluster_mod._grade_watched(spec, job) == answer
 
 

@@ -1,5 +1,5 @@
-"""The student edition of course_lib (course_lib/grading/edition.py) and the stored
-expected values its public checks use (course_lib/checks/_stored.py).
+"""The student edition of course_lib (course_lib/grading/editions/library.py) and the
+stored expected values its public checks use (course_lib/checks/_stored.py).
 
 * the stored values are what the references give today (regenerated and compared);
 * the written tree has no reference body of any exercise target, no hidden grader,
@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from course_lib.checks import _stored
-from course_lib.grading import edition
+from course_lib.grading.editions import library as edition
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "course_lib"
@@ -164,11 +164,11 @@ def test_hidden_graders_and_their_inputs_are_gone(tree: Path) -> None:
 
 
 def test_only_the_student_part_of_grading_ships(tree: Path) -> None:
-    shipped = sorted(p.name for p in (tree / "grading").iterdir()
-                     if p.suffix == ".py")
+    shipped = sorted(p.relative_to(tree / "grading").as_posix()
+                     for p in (tree / "grading").rglob("*.py"))
     assert shipped == sorted(edition.STUDENT_GRADING_MODULES)
-    for name in ("autograde.py", "sandbox.py", "integrity.py", "edition.py",
-                 "release.py", "feedback.py"):
+    for name in ("autograde.py", "kernels/sandbox.py", "notebooks/integrity.py",
+                 "editions/library.py", "release.py", "feedback.py"):
         assert not (tree / "grading" / name).exists()
     assert (tree / "checks" / "public_expected.pt").is_file()
     assert not list(tree.rglob("__pycache__"))
@@ -298,7 +298,7 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize(
     "low,high",
     [("checks/_record.py", "checks/_core.py"),
-     ("grading/execute.py", "grading/integrity.py")],
+     ("grading/kernels/execute.py", "grading/notebooks/integrity.py")],
 )
 def test_no_import_circle(low: str, high: str) -> None:
     high_module = "course_lib." + high.removesuffix(".py").replace("/", ".")

@@ -86,7 +86,7 @@ def _graders_own_answer(grade):
     """(module, name) of the function ``grade`` computes its expected values with."""
     import importlib
 
-    from course_lib.grading.edition import PLAN_REFERENCES
+    from course_lib.grading.editions.library import PLAN_REFERENCES
 
     module = importlib.import_module(grade.__module__)
     name = PLAN_REFERENCES.get(grade.__name__, "_ref_" + grade.__name__[6:])

@@ -2,9 +2,9 @@
 
 Its hidden graders hold no reference and no expected value: they make the calls the
 pristine graders make, on planned inputs, and the grading tool's replay judges the
-record (course_lib/grading/edition.py, course_lib/checks/_record.py). These tests
-check, in this process, that a plan replays to the pristine verdict for every hidden
-grader: a right answer passes, a wrong one fails with the grader's own message.
+record (course_lib/grading/editions/library.py, course_lib/checks/_record.py). These
+tests check, in this process, that a plan replays to the pristine verdict for every
+hidden grader: a right answer passes, a wrong one fails with the grader's own message.
 tests/test_adversarial.py grades through the sandbox with it.
 """
 
@@ -20,13 +20,13 @@ import torch
 
 from course_lib.checks import _core, _record
 from course_lib.checks._errors import CheckFailed
-from course_lib.grading.edition import (
+from course_lib.grading.editions.library import (
     _plan_reference,
     exercise_targets,
     plan_hidden_graders,
     write_grading_edition,
 )
-from course_lib.grading.integrity import pristine_graders
+from course_lib.grading.notebooks.integrity import pristine_graders
 
 pytestmark = pytest.mark.slow
 
@@ -175,17 +175,17 @@ def test_the_edition_is_written_once_then_copied_from_the_cache(
     the first run's edition from the grading user's cache, file for file."""
     import time
 
-    from course_lib.grading import sandbox
+    from course_lib.grading.kernels import sandbox
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("COURSE_EDITION_CACHE", raising=False)
     cache = sandbox._edition_cache()
     assert cache is not None and not cache.exists()
     assert (cache.parent.stat().st_mode & 0o777) == 0o700
-    first, full = sandbox._grading_edition()
+    first, full = sandbox.grading_edition()
     assert (cache / "edition.json").is_file() and full == ()
     start = time.perf_counter()
-    second, again = sandbox._grading_edition()
+    second, again = sandbox.grading_edition()
     copied = time.perf_counter() - start
     assert second != first and again == full
     assert _tree(Path(second)) == _tree(Path(first)) == _tree(cache / "course_lib")

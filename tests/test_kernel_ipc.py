@@ -20,7 +20,7 @@ import pytest
 from jupyter_client.provisioning import local_provisioner
 from nbclient import NotebookClient
 
-from course_lib.grading.kernel import (
+from course_lib.grading.kernels.start import (
     GradingKernelManager,
     KernelContext,
     KernelLauncher,

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 
-from course_lib.grading.launch import (
+from course_lib.grading.editions.launch import (
     LaunchSettingsError,
     chapter_notebook,
     class_settings,

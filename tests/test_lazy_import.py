@@ -127,7 +127,7 @@ def test_cli_module_and_check_do_not_import_torch():
     proc = _fresh(
         "import sys\n"
         "import course_lib.cli\n"
-        "import course_lib.grading.check, course_lib.grading.repair\n"
+        "import course_lib.grading.check, course_lib.grading.notebooks.repair\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     assert proc.returncode == 0, proc.stderr

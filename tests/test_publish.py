@@ -251,7 +251,7 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
 def test_publish_tree_is_a_student_repository(published: Path) -> None:
     """What the class edition's launch buttons open exists in the published tree, and
     nothing in it points students at the instructor's repository."""
-    from course_lib.grading.launch import chapter_notebook_path, chapter_pages
+    from course_lib.grading.editions.launch import chapter_notebook_path, chapter_pages
 
     for page in chapter_pages(ROOT):
         nb = json.loads((published / chapter_notebook_path(page)).read_text())

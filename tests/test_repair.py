@@ -1,8 +1,8 @@
-"""Student accidents repaired before grading (course_lib.grading.repair), one case per
-test, without running nbgrader: the released ex05 notebook is the reference, and each
-case is the solved notebook with one accident. After a repair the assignment's cells
-must stand in released order with the released metadata, the student's code must be
-kept, and every note must name the cell."""
+"""Student accidents repaired before grading (course_lib.grading.notebooks.repair), one
+case per test, without running nbgrader: the released ex05 notebook is the reference,
+and each case is the solved notebook with one accident. After a repair the assignment's
+cells must stand in released order with the released metadata, the student's code must
+be kept, and every note must name the cell."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.grading.repair import (
+from course_lib.grading.notebooks.repair import (
     NOTES_CELL_ID,
     Note,
     Reference,
@@ -403,7 +403,7 @@ def test_a_cell_the_schema_rejects_is_named(tmp_path, release, reference):
 
 
 def test_nbgrader_errors_are_told_in_words():
-    from course_lib.grading.autograde import _nbgrader_error
+    from course_lib.grading.grade import _nbgrader_error
 
     log = (
         "[WARNING] Cell with id 'alibi_bias__public' exists multiple times!\n"

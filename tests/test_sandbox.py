@@ -32,12 +32,16 @@ from course_lib import alibi_bias as ref_alibi_bias
 from course_lib import alibi_slopes as ref_alibi_slopes
 from course_lib.checks import _record
 from course_lib.checks._core import CheckFailed
-from course_lib.grading.integrity import GraderCall, grader_calls, pristine_graders
-from course_lib.grading.sandbox import (
+from course_lib.grading.kernels.sandbox import (
     SandboxError,
     SandboxLauncher,
     SandboxSettings,
     sandbox_problem,
+)
+from course_lib.grading.notebooks.integrity import (
+    GraderCall,
+    grader_calls,
+    pristine_graders,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -428,7 +432,7 @@ def sandboxed_kernel(tmp_path_factory):
         pytest.skip("bubblewrap is not installed (make test installs it)")
     from nbclient import NotebookClient
 
-    from course_lib.grading.kernel import (
+    from course_lib.grading.kernels.start import (
         GradingKernelManager,
         KernelContext,
         KernelLimits,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_lib.grading.launch import (
+from course_lib.grading.editions.launch import (
     SETUP_TAG,
     insert_setup_cell,
     read_settings,

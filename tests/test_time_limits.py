@@ -17,7 +17,7 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from benchmarks.solution_cost import MARGIN, assignments, derived_limit
-from course_lib.grading.autograde import cell_time_limit, time_limit_reason
+from course_lib.grading.grade import cell_time_limit, time_limit_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 

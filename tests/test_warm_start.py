@@ -20,13 +20,13 @@ import time
 import nbformat
 import pytest
 
-from course_lib.grading.kernel import (
+from course_lib.grading.kernels.sandbox import SandboxLauncher, SandboxSettings
+from course_lib.grading.kernels.start import (
     GradingKernelManager,
     KernelContext,
     KernelLimits,
     kernel_context,
 )
-from course_lib.grading.sandbox import SandboxLauncher, SandboxSettings
 
 pytestmark = pytest.mark.slow
 
@@ -222,7 +222,7 @@ def test_a_dead_template_sends_kernels_cold_at_once(tmp_path):
     exists only while the template listens) without waiting for it."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (make test installs it)")
-    from course_lib.grading._sandbox_exec import _connect, process_gone
+    from course_lib.grading.kernels._sandbox_exec import _connect, process_gone
 
     launcher = SandboxLauncher(SandboxSettings(max_processes=40))
     if launcher.warm_problem() is not None:
@@ -242,7 +242,9 @@ def test_a_dead_template_sends_kernels_cold_at_once(tmp_path):
     template.process.wait()
     start = time.monotonic()
     assert _connect(template.socket, 60.0, pid) is None
-    assert time.monotonic() - start < 5.0  # not the 60 s wait for a slow import
+    # refused at once, not after the 60 s wait for a slow import (half of it is
+    # a bound no busy machine reaches for a refused connection)
+    assert time.monotonic() - start < 30.0
     assert process_gone(pid)
     # a zombie (a dead template its owner has not waited for) counts as gone too
     sleeper = subprocess.Popen(["sleep", "60"])

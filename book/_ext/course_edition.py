@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sphinx.errors import ConfigError
 
-from course_lib.grading.launch import strip_open_only
+from course_lib.grading.editions.launch import strip_open_only
 
 EDITIONS = ("open", "class")
 

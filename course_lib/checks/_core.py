@@ -476,11 +476,12 @@ _plans: dict[str, Any] | None = None
 
 def deferred_grade(grader: str, arguments: tuple) -> None:
     """A hidden grader of the *grading edition* (the ``course_lib`` a sandboxed
-    grading kernel sees, :func:`course_lib.grading.edition.write_grading_edition`):
-    it holds no reference and no expected value. It makes the calls the pristine
-    grader makes (``call_student`` with the planned inputs, stored in
-    ``checks/_plans.pt``), so they are recorded, and gives no verdict: the grading
-    tool's replay judges them, outside the kernel. The planned calls are made until
+    grading kernel sees,
+    :func:`course_lib.grading.editions.library.write_grading_edition`): it holds no
+    reference and no expected value. It makes the calls the pristine grader makes
+    (``call_student`` with the planned inputs, stored in ``checks/_plans.pt``), so they
+    are recorded, and gives no verdict: the grading tool's replay judges them, outside
+    the kernel. The planned calls are made until
     one raises (a wrong answer does not stop them: only the replay knows it is
     wrong); the replay reads as far as its grader goes."""
     global _plans

@@ -410,8 +410,6 @@ class _Recorder:
     """Records the calls of the graders in a grading kernel."""
 
     def __init__(self) -> None:
-        import course_lib.checks  # noqa: F401 - pristine identities need them loaded
-
         self.events: list[dict[str, Any]] = []
         # the graders of this cell that left their verdict to the replay
         self.deferred: set[str] = set()
@@ -485,7 +483,9 @@ def _shell() -> Any:
 
 
 def start() -> None:
-    """Start recording in this (grading) kernel; run before any student code."""
+    """Start recording in this (grading) kernel; run before any student code, once
+    every grader is imported (``import course_lib.checks``): the pristine identities
+    are those of the loaded library and graders."""
     global _session
     _session = _Recorder()
 

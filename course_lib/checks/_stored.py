@@ -3,9 +3,9 @@ student edition, where the exercise targets' reference code is absent.
 
 In the full library every public check computes its expected values from the
 references in :mod:`course_lib`. The student edition
-(:func:`course_lib.grading.edition.write_student_edition`) replaces each such reference
-inside the checks by :func:`reference`, an oracle that answers only the calls the
-public checks make, from ``public_expected.pt`` next to this module. That file is
+(:func:`course_lib.grading.editions.library.write_student_edition`) replaces each such
+reference inside the checks by :func:`reference`, an oracle that answers only the calls
+the public checks make, from ``public_expected.pt`` next to this module. That file is
 written by :func:`generate` (``python -m course_lib.checks._stored``) from the
 references, running every public check on a correct solution and storing each
 reference call's arguments and result. A test regenerates it and compares.

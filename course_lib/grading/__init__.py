@@ -1,13 +1,21 @@
 """The instructor and student tool behind the ``course`` command, built on nbgrader.
 
-Modules, one per step: :mod:`~course_lib.grading.check` (a student's public checks),
-:mod:`~course_lib.grading.release`, :mod:`~course_lib.grading.collect`,
-:mod:`~course_lib.grading.autograde` (parallel, with limits per submission),
-:mod:`~course_lib.grading.feedback`, :mod:`~course_lib.grading.report`;
-:mod:`~course_lib.grading.kernel` starts every grading kernel (limits, and the
-place where a sandbox plugs in); :mod:`~course_lib.grading.gradebook` holds the
-gradebook helpers; :mod:`~course_lib.grading.course` finds the course folder and its
-nbgrader configuration.
+Subpackages, each owning one concern (their docstrings say what they may import):
+
+- :mod:`~course_lib.grading.kernels`: starting and isolating one grading kernel
+  (limits, sandbox, warm template);
+- :mod:`~course_lib.grading.notebooks`: reading, repairing and verifying a
+  submitted notebook;
+- :mod:`~course_lib.grading.editions`: the student, grading and class editions,
+  launch links.
+
+Above them, the class workflow, one module per step: :mod:`.check` (a student's
+public checks), :mod:`.release`, :mod:`.collect`, :mod:`.autograde` (the
+orchestrator) with its backends :mod:`.pool` (local worker processes) and
+:mod:`.cluster` (Dask), which both run :mod:`.grade` (grading one submission);
+:mod:`.feedback`, :mod:`.report`; :mod:`.course` (the course folder and its nbgrader
+configuration), :mod:`.gradebook`, :mod:`.synthetic` (scratch courses and classes
+for tests and benchmarks). :mod:`.errors` holds the one error every layer raises.
 """
 
 __all__: list[str] = []

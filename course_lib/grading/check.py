@@ -7,10 +7,10 @@ and the same memory limit as grading. Every cell whose nbgrader ``grade_id`` end
 shows the grader's message either way. No course folder or gradebook is needed.
 
 Before it runs, the copy goes through the repairs grading makes
-(:mod:`course_lib.grading.repair`, judged by the notebook's own grading metadata):
-a test cell pasted twice, a test cell dragged above its answer, a cell whose grading
-metadata changed. The report names each such accident and how to fix it, so that the
-student can fix it before submitting, and the checks run as grading would run them.
+(:mod:`course_lib.grading.notebooks.repair`, judged by the notebook's own grading
+metadata): a test cell pasted twice, a test cell dragged above its answer, a cell whose
+grading metadata changed. The report names each such accident and how to fix it, so that
+the student can fix it before submitting, and the checks run as grading would run them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import CourseError
-from .kernel import (
+from .errors import CourseError
+from .kernels.start import (
     GradingKernelManager,
     KernelContext,
     KernelLimits,
@@ -200,7 +200,7 @@ def check_notebook(
 def _read_and_repair(path: Path):
     """The repaired copy of the notebook (the student's file is never modified), the
     accidents repaired, and each cell's number in the student's file."""
-    from .repair import Reference, Ungradable, read_notebook, repair_notebook
+    from .notebooks.repair import Reference, Ungradable, read_notebook, repair_notebook
 
     try:
         nb, _ = read_notebook(path, path.name)

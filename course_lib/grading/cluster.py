@@ -6,7 +6,7 @@ Kubernetes (dask-kubernetes), behind one client API; this module is its client s
 and the task its workers run.
 
 * **One grading function.** Each task calls
-  :func:`course_lib.grading.autograde.grade_submission`, the function the local
+  :func:`course_lib.grading.grade.grade_submission`, the function the local
   worker processes of ``--jobs`` call: same private course folder, same repairs,
   same sandbox, same limits, same reasons.
 * **No shared file system.** What a run shares (the assignment's definition from the
@@ -40,8 +40,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
-import hashlib
 import os
 import shutil
 import tempfile
@@ -51,13 +49,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .course import CourseError
+from .editions.library import library_fingerprint
+from .errors import CourseError
 
 __all__ = [
     "connect",
     "disconnect",
     "grade_on_cluster",
-    "library_fingerprint",
 ]
 
 # Seconds to wait for a first worker to join. How long to wait for the scheduler to
@@ -72,47 +70,6 @@ _WORKER_STATE: dict[str, Any] = {}
 
 
 # --------------------------------------------------------------------------------------
-# the library's identity
-
-
-@functools.lru_cache(maxsize=1)
-def library_fingerprint() -> str:
-    """``course_lib``'s version and a hash of the files of the installed package
-    (compiled and hidden files left out): two machines grade alike only when these
-    agree.
-
-    >>> library_fingerprint().split()[0]
-    'course_lib'
-    """
-    import course_lib
-
-    base = Path(course_lib.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for file in sorted(base.rglob("*")):
-        rel = file.relative_to(base)
-        if (
-            not file.is_file()
-            or file.suffix == ".pyc"
-            or any(p == "__pycache__" or p.startswith(".") for p in rel.parts)
-        ):
-            continue
-        digest.update(str(rel).encode())
-        digest.update(b"\0")
-        digest.update(file.read_bytes())
-        digest.update(b"\0")
-    return f"course_lib {_version()} (files {digest.hexdigest()[:16]})"
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("course_lib")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-# --------------------------------------------------------------------------------------
 # what travels
 
 
@@ -120,7 +77,7 @@ def _version() -> str:
 class _Shared:
     """What every task of a run shares; scattered to the workers once."""
 
-    spec: Any  # autograde._WorkerSpec, its paths emptied
+    spec: Any  # grade.WorkerSpec, its paths emptied
     template_db: bytes  # the assignment's definition (gradebook), hidden tests too
     source_files: tuple[tuple[str, bytes], ...]  # non-notebook files of the source
     library: str  # the client's library_fingerprint()
@@ -180,26 +137,21 @@ def _worker_launcher(launcher):
     """The launcher this worker grades with: the client's, with a grading edition
     of this worker's ``course_lib`` when it is the sandbox (written once per worker
     process); or the reason this worker cannot build the sandbox."""
-    from .sandbox import SandboxLauncher, sandbox_problem
+    from .kernels.sandbox import (
+        SandboxLauncher,
+        sandbox_problem,
+        with_grading_edition,
+    )
 
     if not isinstance(launcher, SandboxLauncher):
         return launcher, None
     key = ("sandbox", launcher.settings)
     if key not in _WORKER_STATE:
-        from .sandbox import _grading_edition, _precompile
-
         problem = sandbox_problem(launcher)
         if problem is not None:
             _WORKER_STATE[key] = (None, problem)
         else:
-            _precompile()
-            edition, full = _grading_edition()
-            settings = dataclasses.replace(
-                launcher.settings,
-                library_edition=edition,
-                full_library_assignments=full,
-            )
-            _WORKER_STATE[key] = (SandboxLauncher(settings), None)
+            _WORKER_STATE[key] = (with_grading_edition(launcher), None)
     return _WORKER_STATE[key]
 
 
@@ -240,31 +192,31 @@ def _threads() -> int:
 
 
 def _grade_watched(spec, job) -> dict[str, Any]:
-    """:func:`~course_lib.grading.autograde.grade_submission` in a thread of its own,
+    """:func:`~course_lib.grading.grade.grade_submission` in a thread of its own,
     watched as the local parent watches its workers: when it has not answered within
     the wall time and the grace period after it, its kernels are killed, the
     submission is recorded as the local run records it, and this worker retires
     (the stuck thread cannot be stopped, and must not share the process with a next
     grading; a worker under a nanny is started afresh, see the guide)."""
-    from . import autograde
-    from .kernel import kill_process_group
+    from . import grade
+    from .kernels.start import kill_process_group
 
     kernels: list[int] = []
     result: dict[str, Any] = {}
 
     def run() -> None:
-        result.update(autograde.grade_submission(spec, job, kernels.append))
+        result.update(grade.grade_submission(spec, job, kernels.append))
 
     thread = threading.Thread(target=run, name=f"grade-{job.student}", daemon=True)
     thread.start()
     limit = spec.limits.wall_seconds
-    thread.join(None if limit is None else limit + autograde._GRACE_SECONDS)
+    thread.join(None if limit is None else limit + grade.GRACE_SECONDS)
     if not thread.is_alive():
         return result
     for pid in kernels:
         kill_process_group(pid)
     _retire()
-    return autograde.worker_timed_out(spec.limits)
+    return grade.worker_timed_out(spec.limits)
 
 
 def _retire() -> None:
@@ -287,10 +239,10 @@ def grade_task(
     extension_seconds: float | None,
 ) -> dict[str, Any]:
     """The Dask task: grade one submission on this worker with
-    :func:`~course_lib.grading.autograde.grade_submission`. Returns its result with
+    :func:`~course_lib.grading.grade.grade_submission`. Returns its result with
     the graded notebooks as data (``autograded_files``), or ``refused`` (why this
     worker does not grade at all)."""
-    from .autograde import _Job, worker_environment
+    from .grade import Job, worker_environment
 
     mine = library_fingerprint()
     if mine != shared.library:
@@ -335,7 +287,7 @@ def grade_task(
                 log_path=os.devnull,
             )
             worker_environment(threads)
-            job = _Job(student, str(submission), extension_seconds)
+            job = Job(student, str(submission), extension_seconds)
             out = _grade_watched(spec, job)
             autograded = out.pop("autograded", None)
             out.pop("private", None)
@@ -443,30 +395,10 @@ def grade_on_cluster(
     jobs: list,
     finish: Callable[[Any, dict[str, Any]], None],
 ) -> None:
-    """Grade ``jobs`` (:class:`~course_lib.grading.autograde._Job`) on the cluster
+    """Grade ``jobs`` (:class:`~course_lib.grading.grade.Job`) on the cluster
     of ``client`` under ``spec`` (the local run's worker spec); ``finish(job, out)``
     merges each result as it arrives, exactly once per job."""
-    from concurrent.futures import CancelledError
-
-    # the course's gradebook URL (a password, perhaps) and folder stay here: each
-    # worker grades in its private course folder (autograde._private_config)
-    config = copy.deepcopy(spec.config)
-    config.CourseDirectory.db_url = "sqlite://"
-    config.CourseDirectory.root = ""
-    shared = _Shared(
-        spec=dataclasses.replace(
-            spec,
-            config=config,
-            template_db="",
-            source_assignment_dir="",
-            scratch="",
-            log_path="",
-        ),
-        template_db=Path(spec.template_db).read_bytes(),
-        source_files=_source_files(Path(spec.source_assignment_dir)),
-        library=library_fingerprint(),
-    )
-    shared_future = client.scatter(shared, broadcast=True, hash=False)
+    shared_future = client.scatter(_shared(spec), broadcast=True, hash=False)
     run = os.urandom(4).hex()
     futures = {}
     for job in jobs:
@@ -480,52 +412,23 @@ def grade_on_cluster(
             pure=False,
         )
         futures[future] = job
-    returned = Path(spec.scratch) / "returned"
     done: set[str] = set()
-
-    def kept() -> str:
-        return f"{len(done)} of the {len(jobs)} submissions sent were graded and kept"
     try:
         pending = dict(futures)
-        without_workers: float | None = None
+        waiting = _WorkerWatch(client)
         while pending:
             batch = [f for f in pending if f.done()]
             for future in batch:
                 del pending[future]
             if not batch:
-                if not client.scheduler_info().get("workers"):
-                    without_workers = without_workers or time.monotonic()
-                    if time.monotonic() - without_workers > NO_WORKER_PATIENCE:
-                        raise CourseError(
-                            f"no Dask worker left for {NO_WORKER_PATIENCE:g} s; "
-                            f"{kept()}; start workers and run the command again to "
-                            "grade the rest"
-                        )
-                else:
-                    without_workers = None
+                waiting.check(_kept(done, jobs))
                 time.sleep(0.2)
                 continue
             for future in batch:
                 job = futures[future]
                 if job.student in done:  # never merged twice
                     continue
-                try:
-                    out = future.result()
-                except (CancelledError, OSError) as exc:
-                    raise CourseError(
-                        f"lost the Dask scheduler ({type(exc).__name__}); "
-                        f"{kept()}; run the command again to grade the rest"
-                    ) from None
-                except Exception as exc:  # noqa: BLE001 - a task failure: recorded
-                    out = {"status": "ungradable", "reason": _lost_reason(exc)}
-                if "refused" in out:
-                    raise CourseError(out["refused"])
-                files = out.pop("autograded_files", None)
-                if files is not None:
-                    folder = returned / job.student
-                    _unpack(files, folder)
-                    out["autograded"] = str(folder)
-                    out["private"] = str(folder)
+                out = _result(future, job, Path(spec.scratch) / "returned", done, jobs)
                 done.add(job.student)
                 finish(job, out)
     finally:
@@ -535,3 +438,74 @@ def grade_on_cluster(
                 client.cancel(left, force=True)
         with contextlib.suppress(Exception):
             client.cancel([shared_future], force=True)
+
+
+def _shared(spec) -> _Shared:
+    """What every task of the run gets. The course's gradebook URL (a password,
+    perhaps) and folder stay here: each worker grades in its private course folder
+    (``grade._private_config``)."""
+    config = copy.deepcopy(spec.config)
+    config.CourseDirectory.db_url = "sqlite://"
+    config.CourseDirectory.root = ""
+    return _Shared(
+        spec=dataclasses.replace(
+            spec,
+            config=config,
+            template_db="",
+            source_assignment_dir="",
+            scratch="",
+            log_path="",
+        ),
+        template_db=Path(spec.template_db).read_bytes(),
+        source_files=_source_files(Path(spec.source_assignment_dir)),
+        library=library_fingerprint(),
+    )
+
+
+def _kept(done: set[str], jobs: list) -> str:
+    return f"{len(done)} of the {len(jobs)} submissions sent were graded and kept"
+
+
+class _WorkerWatch:
+    """Gives up when the cluster has had no worker for :data:`NO_WORKER_PATIENCE`
+    seconds."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.since: float | None = None
+
+    def check(self, kept: str) -> None:
+        if self.client.scheduler_info().get("workers"):
+            self.since = None
+            return
+        self.since = self.since or time.monotonic()
+        if time.monotonic() - self.since > NO_WORKER_PATIENCE:
+            raise CourseError(
+                f"no Dask worker left for {NO_WORKER_PATIENCE:g} s; {kept}; start "
+                "workers and run the command again to grade the rest"
+            )
+
+
+def _result(future, job, returned: Path, done: set[str], jobs: list) -> dict:
+    """A finished task's result, its graded notebooks unpacked under ``returned``;
+    a failed task is an ungradable submission, a lost scheduler ends the run."""
+    from concurrent.futures import CancelledError
+
+    try:
+        out = future.result()
+    except (CancelledError, OSError) as exc:
+        raise CourseError(
+            f"lost the Dask scheduler ({type(exc).__name__}); {_kept(done, jobs)}; "
+            "run the command again to grade the rest"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - a task failure: recorded
+        out = {"status": "ungradable", "reason": _lost_reason(exc)}
+    if "refused" in out:
+        raise CourseError(out["refused"])
+    files = out.pop("autograded_files", None)
+    if files is not None:
+        folder = returned / job.student
+        _unpack(files, folder)
+        out["autograded"] = str(folder)
+        out["private"] = str(folder)
+    return out

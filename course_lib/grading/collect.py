@@ -46,7 +46,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .course import Course, CourseError, valid_student_id
+from .course import Course, valid_student_id
+from .errors import CourseError
 
 __all__ = ["CollectReport", "collect", "name_to_id", "student_from_path"]
 

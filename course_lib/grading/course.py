@@ -17,15 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Course", "CourseError", "find_course_root", "sqlite_url"]
+from .errors import CourseError
+
+__all__ = ["Course", "find_course_root", "sqlite_url"]
 
 CONFIG_FILE = "nbgrader_config.py"
 _STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
-
-
-class CourseError(Exception):
-    """A problem the instructor can fix (missing folder, unknown assignment, ...);
-    the command line prints its message without a traceback."""
 
 
 def find_course_root(start: Path | None = None) -> Path:

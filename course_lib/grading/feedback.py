@@ -8,8 +8,8 @@ with the reason and the score of zero, so that every student who submitted gets
 feedback through nbgrader's ``release_feedback``.
 
 A submission whose accidents were repaired before grading (a pasted or moved cell,
-lost metadata: :mod:`course_lib.grading.repair`) carries the list of repairs as the
-first cell of its autograded notebook, so nbgrader's page shows it at the top.
+lost metadata: :mod:`course_lib.grading.notebooks.repair`) carries the list of repairs
+as the first cell of its autograded notebook, so nbgrader's page shows it at the top.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from .course import Course, CourseError
+from .course import Course
+from .errors import CourseError
 from .gradebook import read_status
-from .repair import notes_from_notebook
+from .notebooks.repair import notes_from_notebook
 
 __all__ = ["FeedbackResult", "feedback"]
 

@@ -6,8 +6,8 @@ The gradebook is created when it does not exist and the assignment is added to i
 ``autograde`` later needs exactly that record.
 
 Before generating, every source notebook of the assignment is made to start with the
-set-up cell of :mod:`course_lib.grading.launch` (inserted, or refreshed when the
-settings in ``_config.yml`` changed), so each release starts with it too. A course
+set-up cell of :mod:`course_lib.grading.editions.launch` (inserted, or refreshed when
+the settings in ``_config.yml`` changed), so each release starts with it too. A course
 folder without ``_config.yml`` (a scratch grading folder) keeps its sources as they are.
 """
 
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .course import Course, CourseError
-from .launch import read_settings, refresh_setup_cells
+from .course import Course
+from .editions.launch import read_settings, refresh_setup_cells
+from .errors import CourseError
 
 __all__ = ["ReleaseResult", "release"]
 

@@ -70,8 +70,6 @@ def _cell_value(grade) -> float | str:
 
 def report(course: Course, assignment: str, out_dir: Path | None = None) -> GradeReport:
     """Write the grade files of ``assignment``; see the module docstring."""
-    from nbgrader.api import MissingEntry
-
     with course.gradebook(create=False, assignment=assignment) as gb:
         assignment = course.resolve_released(gb, assignment)
         a = gb.find_assignment(assignment)
@@ -80,59 +78,126 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
         cells = _cell_order(gb, assignment)
         status = read_status(gb, assignment)
         collected = course.submissions(assignment)
-        rows: list[dict[str, object]] = []
-        for student in sorted(s.id for s in gb.students):
-            row: dict[str, object] = {"student_id": student, "duedate": duedate}
-            try:
-                sub = gb.find_submission(assignment, student)
-            except MissingEntry:
-                # what nbgrader export writes for a student without a submission;
-                # one collected but not autograded yet says so
-                waiting = student in collected
-                row.update(
-                    status="not graded yet" if waiting else "no submission",
-                    raw_score=0.0,
-                    late_penalty=0.0,
-                    score=0.0,
-                    seconds_late=0.0,
-                    timestamp="",
-                    reason=(
-                        f"collected, not autograded yet: course autograde {assignment}"
-                        if waiting
-                        else "no submission"
-                    ),
-                    needs_manual_grade="",
-                    failed_checks="",
-                )
-                row.update({name: 0.0 for _, name, _ in cells})
-                rows.append(_finish(row, max_score))
-                continue
-            values: dict[str, float | str] = {}
-            for snb in sub.notebooks:
-                for grade in snb.grades:
-                    values[grade.name] = _cell_value(grade)
-            pending = [n for _, n, _ in cells if values.get(n) == NEEDS_MANUAL]
-            st = status.get(student)
-            raw = float(sub.score)
-            penalty = float(sub.late_submission_penalty or 0.0)
-            row.update(
-                status=st.status if st else "graded",
-                timestamp=sub.timestamp.isoformat(sep=" ") if sub.timestamp else "",
-                seconds_late=float(sub.total_seconds_late),
-                raw_score=raw,
-                late_penalty=penalty,
-                # exactly nbgrader's CsvExportPlugin: max(0, score - penalty)
-                score=max(0.0, raw - penalty),
-                reason=st.reason if st else "",
-                needs_manual_grade=" ".join(pending),
+        rows = [
+            _finish(
+                _student_row(gb, assignment, student, cells, status, collected)
+                | {"duedate": duedate},
+                max_score,
             )
-            row.update({name: values.get(name, 0.0) for _, name, _ in cells})
-            failures = st.failures if st else {}
-            row["failed_checks"] = "; ".join(
-                f"{k}: {v}" for k, v in sorted(failures.items()) if k not in pending
-            )
-            rows.append(_finish(row, max_score))
+            for student in sorted(s.id for s in gb.students)
+        ]
     submitted = [r for r in rows if r["status"] in ("graded", "ungradable")]
+    ungradable = [
+        (str(r["student_id"]), str(r["reason"]))
+        for r in submitted
+        if r["status"] == "ungradable"
+    ]
+    pass_rates = _pass_rates(cells, submitted)
+    result = GradeReport(assignment, max_score, rows, pass_rates, ungradable)
+    out = Path(out_dir) if out_dir else course.root / "reports" / assignment
+    out.mkdir(parents=True, exist_ok=True)
+    result.files["grades"] = _write_csv(
+        out / "grades.csv",
+        [*_GRADE_COLUMNS[:-1], *[n for _, n, _ in cells], _GRADE_COLUMNS[-1]],
+        rows,
+    )
+    result.files["pass_rates"] = _write_csv(
+        out / "pass_rates.csv", _PASS_RATE_COLUMNS, pass_rates
+    )
+    result.files["histogram"] = _histogram(
+        out / "histogram.png",
+        [float(r["score"]) for r in submitted if not r["needs_manual_grade"]],
+        [float(r["score"]) for r in submitted if r["needs_manual_grade"]],
+        max_score,
+        assignment,
+    )
+    return result
+
+
+# grades.csv: these columns, with one column per graded cell before the last
+_GRADE_COLUMNS = (
+    "student_id",
+    "status",
+    "timestamp",
+    "duedate",
+    "seconds_late",
+    "raw_score",
+    "late_penalty",
+    "score",
+    "max_score",
+    "percent",
+    "needs_manual_grade",
+    "reason",
+    "failed_checks",
+)
+_PASS_RATE_COLUMNS = [
+    "grade_id",
+    "points",
+    "passed",
+    "graded",
+    "needs_manual_grade",
+    "submissions",
+    "pass_rate",
+]
+
+
+def _student_row(gb, assignment, student, cells, status, collected) -> dict:
+    """One student's row of grades.csv (without ``max_score`` and ``percent``)."""
+    from nbgrader.api import MissingEntry
+
+    row: dict[str, object] = {"student_id": student}
+    try:
+        sub = gb.find_submission(assignment, student)
+    except MissingEntry:
+        # what nbgrader export writes for a student without a submission; one
+        # collected but not autograded yet says so
+        waiting = student in collected
+        row.update(
+            status="not graded yet" if waiting else "no submission",
+            raw_score=0.0,
+            late_penalty=0.0,
+            score=0.0,
+            seconds_late=0.0,
+            timestamp="",
+            reason=(
+                f"collected, not autograded yet: course autograde {assignment}"
+                if waiting
+                else "no submission"
+            ),
+            needs_manual_grade="",
+            failed_checks="",
+        )
+        row.update({name: 0.0 for _, name, _ in cells})
+        return row
+    values: dict[str, float | str] = {}
+    for snb in sub.notebooks:
+        for grade in snb.grades:
+            values[grade.name] = _cell_value(grade)
+    pending = [n for _, n, _ in cells if values.get(n) == NEEDS_MANUAL]
+    st = status.get(student)
+    raw = float(sub.score)
+    penalty = float(sub.late_submission_penalty or 0.0)
+    failures = st.failures if st else {}
+    row.update(
+        status=st.status if st else "graded",
+        timestamp=sub.timestamp.isoformat(sep=" ") if sub.timestamp else "",
+        seconds_late=float(sub.total_seconds_late),
+        raw_score=raw,
+        late_penalty=penalty,
+        # exactly nbgrader's CsvExportPlugin: max(0, score - penalty)
+        score=max(0.0, raw - penalty),
+        reason=st.reason if st else "",
+        needs_manual_grade=" ".join(pending),
+        failed_checks="; ".join(
+            f"{k}: {v}" for k, v in sorted(failures.items()) if k not in pending
+        ),
+    )
+    row.update({name: values.get(name, 0.0) for _, name, _ in cells})
+    return row
+
+
+def _pass_rates(cells, submitted: list[dict]) -> list[dict[str, object]]:
+    """Per graded cell: how many of the judged submissions earned its points."""
     pass_rates = []
     for _, name, points in cells:
         judged = [r for r in submitted if r[name] != NEEDS_MANUAL]
@@ -148,52 +213,7 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
                 "pass_rate": round(passed / len(judged), 4) if judged else "",
             }
         )
-    ungradable = [
-        (str(r["student_id"]), str(r["reason"]))
-        for r in submitted
-        if r["status"] == "ungradable"
-    ]
-    result = GradeReport(assignment, max_score, rows, pass_rates, ungradable)
-    out = Path(out_dir) if out_dir else course.root / "reports" / assignment
-    out.mkdir(parents=True, exist_ok=True)
-    columns = [
-        "student_id",
-        "status",
-        "timestamp",
-        "duedate",
-        "seconds_late",
-        "raw_score",
-        "late_penalty",
-        "score",
-        "max_score",
-        "percent",
-        "needs_manual_grade",
-        "reason",
-        *[name for _, name, _ in cells],
-        "failed_checks",
-    ]
-    result.files["grades"] = _write_csv(out / "grades.csv", columns, rows)
-    result.files["pass_rates"] = _write_csv(
-        out / "pass_rates.csv",
-        [
-            "grade_id",
-            "points",
-            "passed",
-            "graded",
-            "needs_manual_grade",
-            "submissions",
-            "pass_rate",
-        ],
-        pass_rates,
-    )
-    result.files["histogram"] = _histogram(
-        out / "histogram.png",
-        [float(r["score"]) for r in submitted if not r["needs_manual_grade"]],
-        [float(r["score"]) for r in submitted if r["needs_manual_grade"]],
-        max_score,
-        assignment,
-    )
-    return result
+    return pass_rates
 
 
 def _finish(row: dict[str, object], max_score: float) -> dict[str, object]:

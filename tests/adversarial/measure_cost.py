@@ -3,7 +3,7 @@
     .venv/bin/python tests/adversarial/measure_cost.py [--students 6] [--rounds 3]
 
 1. Kernel start: a Jupyter kernel started through
-   :class:`~course_lib.grading.kernel.GradingKernelManager` until it answers
+   :class:`~course_lib.grading.kernels.start.GradingKernelManager` until it answers
    ``kernel_info``, with the plain resource-limit launcher and with the sandbox,
    alternating (no notebook, no torch import: the launch itself).
 2. Whole submissions: a scratch course with ``--students`` correct ex05_alibi
@@ -34,7 +34,7 @@ def kernel_start(launcher, n: int) -> list[float]:
     """Seconds from start_kernel to the kernel's first kernel_info reply."""
     from jupyter_client.utils import run_sync
 
-    from course_lib.grading.kernel import (
+    from course_lib.grading.kernels.start import (
         GradingKernelManager,
         KernelContext,
         KernelLimits,
@@ -130,8 +130,8 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=8)
     args = parser.parse_args()
 
-    from course_lib.grading.kernel import RlimitLauncher
-    from course_lib.grading.sandbox import SandboxLauncher
+    from course_lib.grading.kernels.sandbox import SandboxLauncher
+    from course_lib.grading.kernels.start import RlimitLauncher
 
     starts: dict[str, list[float]] = {"rlimit only": [], "sandbox": []}
     for _ in range(args.starts):

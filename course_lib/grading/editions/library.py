@@ -29,6 +29,7 @@ figures of :mod:`course_lib.viz`) stays, and raises the target's stub error when
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import re
 import shutil
@@ -111,6 +112,7 @@ def exercise_targets(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
     }
 
 
+@functools.lru_cache(maxsize=1)
 def library_fingerprint() -> str:
     """``course_lib``'s version and a hash of the files of the installed package
     (compiled and hidden files left out): two machines grade alike only when these

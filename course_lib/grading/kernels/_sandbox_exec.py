@@ -202,13 +202,37 @@ def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
     """Start bubblewrap (holding an empty sandbox), ask the template to fork the
     kernel into it, forward interrupts to the kernel, and exit as bubblewrap would
     have: with the kernel's status, or 128 + the signal that killed it."""
-    import select
-    import socket
-    import struct
+    bwrap, ready_r = _hold_sandbox(warm, conn, info_fd)
+    pidfd, kernel = _fork_from_template(warm, conn, info_reader)
 
-    # The sandbox is ready once its command runs: bubblewrap reports the namespaces
-    # (the info file) before it has finished building the file system, so the
-    # template waits for the command, ``hold``, to write one byte.
+    def interrupt(signum, frame):
+        if pidfd is not None:
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGINT)
+            except OSError:
+                pass
+
+    def terminate(signum, frame):
+        os.kill(bwrap, signal.SIGKILL)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, terminate)
+    status = _kernel_status(ready_r, kernel) if kernel is not None else None
+    # The kernel is gone: so goes the sandbox (and whatever the kernel left in it).
+    os.kill(bwrap, signal.SIGKILL)
+    os.waitpid(bwrap, 0)
+    os._exit(1 if status is None else _exit_code(status))
+
+
+def _hold_sandbox(warm: dict, conn, info_fd: int) -> tuple[int, int]:
+    """Start bubblewrap with ``hold`` as its command; return its PID and the pipe
+    ``hold`` reports on, once the sandbox is ready (else exit as bubblewrap did).
+    The sandbox is ready once its command runs: bubblewrap reports the namespaces
+    (the info file) before it has finished building the file system, so ``hold``
+    writes one byte when it runs."""
+    import select
+
     ready_r, ready_w = os.pipe()
     argv = [a.replace("{info_fd}", str(info_fd)) for a in warm["argv"]]
     argv.append(str(ready_w))
@@ -227,6 +251,16 @@ def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
             os.kill(bwrap, signal.SIGKILL)
             _, status = os.waitpid(bwrap, 0)
         os._exit(_exit_code(status))
+    return bwrap, ready_r
+
+
+def _fork_from_template(warm: dict, conn, info_reader: int):
+    """Send the template the request (with the sandbox's namespaces and this
+    process's standard streams) and receive the kernel's pidfd and PID; ``(None,
+    None)`` when the template did not start it."""
+    import socket
+    import struct
+
     info = json.loads(os.pread(info_reader, 1 << 16, 0))
     os.close(info_reader)
     request = dict(warm["request"], info=info)
@@ -248,40 +282,29 @@ def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
             b"warm start: the template did not start this kernel (why: in the "
             b"template's messages, in the run's workers.log)\n",
         )
+    return pidfd, kernel
 
-    def interrupt(signum, frame):
-        if pidfd is not None:
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGINT)
-            except OSError:
-                pass
 
-    def terminate(signum, frame):
-        os.kill(bwrap, signal.SIGKILL)
-        os._exit(128 + signum)
+def _kernel_status(ready_r: int, kernel: int) -> int | None:
+    """The kernel's wait status, from ``hold`` (the kernel's parent), which
+    reports (pid, wait status) of each child it reaps; ``None`` if ``hold`` ended
+    first."""
+    import struct
 
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, terminate)
-    # hold, the kernel's parent, reports (pid, wait status) of each child it reaps
-    status = None
     pending = b""
-    while kernel is not None and status is None:
+    while True:
         try:
             chunk = os.read(ready_r, 4096)
         except InterruptedError:
             continue
         if not chunk:
-            break
+            return None
         pending += chunk
-        while len(pending) >= 8 and status is None:
+        while len(pending) >= 8:
             pid, code = struct.unpack("!ii", pending[:8])
             pending = pending[8:]
             if pid == kernel:
-                status = code
-    # The kernel is gone: so goes the sandbox (and whatever the kernel left in it).
-    os.kill(bwrap, signal.SIGKILL)
-    os.waitpid(bwrap, 0)
-    os._exit(1 if status is None else _exit_code(status))
+                return code
 
 
 def _exit_code(status: int) -> int:

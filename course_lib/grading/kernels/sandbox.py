@@ -78,14 +78,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .start import KernelContext, KernelLauncher, format_bytes
+from .start import KernelContext, KernelLauncher, KernelLimits, format_bytes
 
 __all__ = [
     "SandboxError",
     "SandboxLauncher",
     "SandboxSettings",
+    "grading_edition",
     "grading_launcher",
     "sandbox_problem",
+    "with_grading_edition",
 ]
 
 _EXEC_SCRIPT = Path(__file__).with_name("_sandbox_exec.py")
@@ -233,6 +235,29 @@ def _etc_files(folder: Path, uid: int, gid: int) -> dict[str, Path]:
         path.chmod(0o644)
         out[f"/etc/{name}"] = path
     return out
+
+
+class _Binds:
+    """Where bubblewrap binds each host path from. As root (``stage`` is a folder),
+    each path is staged first: ``_sandbox_exec.py outer`` copies or links it to a
+    numbered name under ``stage`` that the unprivileged user can read."""
+
+    def __init__(self, stage: Path | None) -> None:
+        self.root = stage
+        self.mounts: list[list[str]] = []
+
+    def source(self, path: str | Path) -> str:
+        if self.root is None:
+            return str(path)
+        name = str(len(self.mounts))
+        self.mounts.append([str(path), name])
+        return str(self.root / name)
+
+    def stage(self) -> dict | None:
+        """What ``outer`` stages before it starts bubblewrap (``None``: nothing)."""
+        if self.root is None:
+            return None
+        return {"root": str(self.root), "mounts": self.mounts}
 
 
 class SandboxLauncher(KernelLauncher):
@@ -564,20 +589,76 @@ class SandboxLauncher(KernelLauncher):
         cwd: str,
         connection: Path,
     ) -> dict:
-        s, limits = self.settings, context.limits
+        """What ``_sandbox_exec.py outer`` needs to start one kernel: bubblewrap's
+        command line (cold start), the template's request (warm start), and as
+        root, the files to stage and the user to drop to."""
+        s = self.settings
         uid, gid = self._uid_gid()
         root = _is_root()
-        stage_root = state.folder / "stage"
-        mounts: list[list[str]] = []
+        binds = _Binds(state.folder / "stage" if root else None)
+        argv = self._system_args()
+        argv += self._bind_args(binds, state, cwd, connection, uid, gid)
+        warm = self._warm_for(command, cwd)
+        if warm and s.library_edition:
+            # The template imported the edition from its own folder: the kernels
+            # forked from it find its modules' files there.
+            edition = os.path.realpath(s.library_edition)
+            argv += ["--ro-bind", binds.source(edition), edition]
+        argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
+        argv += ["--clearenv"]
+        env = self._kernel_env()
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv += ["--chdir", cwd, "--"]
+        head = list(argv)
+        limits = self._limit_values(context.limits)
+        argv += [sys.executable, "-I", "-S", str(_EXEC_SCRIPT), "inner"]
+        argv += [str(v) for v in limits] + ["--", *command]
+        drop = {"uid": uid, "gid": gid} if root else None
+        warm_spec = None
+        if warm:
+            warm_spec = {
+                "socket": warm,
+                "pid": self._template_state.process.pid,
+                "wait": _TEMPLATE_WAIT,
+                # hold is the sandbox's PID 1 (no reaper of bubblewrap's): a
+                # process of the sandbox cannot signal it, as in the cold sandbox,
+                # where PID 1 is bubblewrap's reaper and the kernel PID 2
+                "argv": [head[0], "--as-pid-1", *head[1:]]
+                + [sys.executable, "-I", "-S", str(_EXEC_SCRIPT), "hold"],
+                "request": {
+                    "cwd": cwd,
+                    "env": env,
+                    "argv": command[3:],
+                    "limits": limits,
+                    "drop": drop,
+                },
+            }
+        return {
+            "argv": argv,
+            "warm": warm_spec,
+            "info_file": str(state.info_file),
+            "stage": binds.stage(),
+            "drop": drop,
+        }
 
-        def source(path: str | Path) -> str:
-            """The path bubblewrap binds ``path`` from: as root, its staged copy."""
-            if not root:
-                return str(path)
-            name = str(len(mounts))
-            mounts.append([str(path), name])
-            return str(stage_root / name)
+    def _limit_values(self, limits: KernelLimits) -> list[int]:
+        """The limits ``_sandbox_exec.py`` sets inside the sandbox, in its order:
+        memory, CPU seconds, processes, scratch bytes, open files (0: none)."""
+        s = self.settings
+        return [
+            limits.memory or 0,
+            limits.effective_cpu_seconds or 0,
+            s.max_processes,
+            s.scratch_bytes,
+            s.max_open_files,
+        ]
 
+    def _system_args(self) -> list[str]:
+        """bubblewrap's namespaces and the system the kernel sees: /usr and its
+        links read-only, fresh /proc and /dev, and the in-memory /tmp, /dev/shm,
+        home and /run."""
+        s = self.settings
         options = self.bwrap_options()
 
         def sized(size: int) -> list[str]:
@@ -603,39 +684,35 @@ class SandboxLauncher(KernelLauncher):
                 argv += ["--symlink", os.readlink(host), host]
             elif os.path.isdir(host):
                 argv += ["--ro-bind", host, host]
-        # The writable in-memory mounts come first: the read-only binds below may lie
-        # under /tmp (a course, and its .venv, cloned into /tmp) and must stay
-        # visible on top of the fresh /tmp.
-        argv += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            *sized(s.shm_bytes),
-            "--tmpfs",
-            "/dev/shm",
-            *sized(s.scratch_bytes),
-            "--tmpfs",
-            "/tmp",
-            "--dir",
-            _HOME,
-            *sized(1 << 20),
-            "--tmpfs",
-            "/run",
-            "--dir",
-            _RUN_DIR,
-        ]
+        # The writable in-memory mounts come first: the read-only binds after them
+        # may lie under /tmp (a course, and its .venv, cloned into /tmp) and must
+        # stay visible on top of the fresh /tmp.
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += [*sized(s.shm_bytes), "--tmpfs", "/dev/shm"]
+        argv += [*sized(s.scratch_bytes), "--tmpfs", "/tmp", "--dir", _HOME]
+        argv += [*sized(1 << 20), "--tmpfs", "/run", "--dir", _RUN_DIR]
+        return argv
+
+    def _bind_args(
+        self, binds: _Binds, state: _Kernel, cwd: str, connection: Path, uid, gid
+    ) -> list[str]:
+        """The read-only binds: Python and its packages, the library (or its
+        grading edition), the kernel's /etc files and connection file, and the
+        working directory: a private tmpfs showing the submission's files read-only
+        (whatever the kernel writes there stays in memory)."""
+        s = self.settings
+        argv: list[str] = []
         for path in self.ro_binds():
-            argv += ["--ro-bind", source(path), path]
+            argv += ["--ro-bind", binds.source(path), path]
         if self._edition_for(cwd):
             package = os.path.dirname(os.path.realpath(_course_lib_file()))
-            argv += ["--ro-bind", source(s.library_edition), package]
+            argv += ["--ro-bind", binds.source(s.library_edition), package]
         for dest, path in _etc_files(state.folder, uid, gid).items():
-            argv += ["--ro-bind", source(path), dest]
-        argv += ["--ro-bind", source(connection), _CONNECTION_FILE]
-        # The working directory: a private tmpfs showing the submission's files
-        # read-only; whatever the kernel writes there stays in memory.
-        argv += [*sized(s.scratch_bytes), "--tmpfs", cwd]
+            argv += ["--ro-bind", binds.source(path), dest]
+        argv += ["--ro-bind", binds.source(connection), _CONNECTION_FILE]
+        if "--size" in self.bwrap_options():
+            argv += ["--size", str(s.scratch_bytes)]
+        argv += ["--tmpfs", cwd]
         with os.scandir(cwd) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
                 path = os.path.join(cwd, entry.name)
@@ -644,75 +721,8 @@ class SandboxLauncher(KernelLauncher):
                     # would show the file it points to on the host.
                     argv += ["--symlink", os.readlink(path), path]
                 elif entry.is_file() or entry.is_dir():
-                    argv += ["--ro-bind", source(path), path]
-        warm = self._warm_for(command, cwd)
-        template_pid = self._template_state.process.pid if warm else 0
-        if warm and s.library_edition:
-            # The template imported the edition from its own folder: the kernels
-            # forked from it find its modules' files there.
-            edition = os.path.realpath(s.library_edition)
-            argv += ["--ro-bind", source(edition), edition]
-        argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
-        argv += ["--clearenv"]
-        env = self._kernel_env()
-        for key, value in env.items():
-            argv += ["--setenv", key, value]
-        argv += ["--chdir", cwd, "--"]
-        head = list(argv)
-        argv += [
-            sys.executable,
-            "-I",
-            "-S",
-            str(_EXEC_SCRIPT),
-            "inner",
-            str(limits.memory or 0),
-            str(limits.effective_cpu_seconds or 0),
-            str(s.max_processes),
-            str(s.scratch_bytes),
-            str(s.max_open_files),
-            "--",
-            *command,
-        ]
-        warm_spec = None
-        if warm:
-            warm_spec = {
-                "socket": warm,
-                "pid": template_pid,
-                "wait": _TEMPLATE_WAIT,
-                # hold is the sandbox's PID 1 (no reaper of bubblewrap's): a
-                # process of the sandbox cannot signal it, as in the cold sandbox,
-                # where PID 1 is bubblewrap's reaper and the kernel PID 2
-                "argv": [
-                    head[0],
-                    "--as-pid-1",
-                    *head[1:],
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    str(_EXEC_SCRIPT),
-                    "hold",
-                ],
-                "request": {
-                    "cwd": cwd,
-                    "env": env,
-                    "argv": command[3:],
-                    "limits": [
-                        limits.memory or 0,
-                        limits.effective_cpu_seconds or 0,
-                        s.max_processes,
-                        s.scratch_bytes,
-                        s.max_open_files,
-                    ],
-                    "drop": {"uid": uid, "gid": gid} if root else None,
-                },
-            }
-        return {
-            "argv": argv,
-            "warm": warm_spec,
-            "info_file": str(state.info_file),
-            "stage": {"root": str(stage_root), "mounts": mounts} if root else None,
-            "drop": {"uid": uid, "gid": gid} if root else None,
-        }
+                    argv += ["--ro-bind", binds.source(path), path]
+        return argv
 
     @staticmethod
     def _kernel_env() -> dict[str, str]:
@@ -784,8 +794,6 @@ def _probe(launcher: SandboxLauncher) -> str | None:
         launcher.ro_binds()
     except SandboxError as exc:
         return str(exc)
-    from .start import KernelLimits
-
     context = KernelContext(limits=KernelLimits(memory=None, wall_seconds=60.0))
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -856,7 +864,7 @@ def _course_lib_file() -> str:
     return course_lib.__file__
 
 
-def _grading_edition() -> tuple[str, tuple[str, ...]]:
+def grading_edition() -> tuple[str, tuple[str, ...]]:
     """Write the grading edition of ``course_lib`` (see
     :func:`course_lib.grading.editions.library.write_grading_edition`) to a temporary
     folder, removed when this process exits; its path and the assignments it cannot
@@ -938,6 +946,21 @@ def _edition_cache() -> Path | None:
     return parent / key
 
 
+def with_grading_edition(launcher: SandboxLauncher) -> SandboxLauncher:
+    """``launcher`` whose kernels see the grading edition of this process's
+    ``course_lib`` (no reference implementation of an exercise and no hidden
+    expected value to delegate to or read), its bytecode written beforehand."""
+    _precompile()
+    edition, full = grading_edition()
+    return SandboxLauncher(
+        dataclasses.replace(
+            launcher.settings,
+            library_edition=edition,
+            full_library_assignments=full,
+        )
+    )
+
+
 def _precompile() -> None:
     """Write the bytecode of ``course_lib`` now: inside the sandbox its folder is
     read-only, and every kernel would otherwise compile it again."""
@@ -981,17 +1004,7 @@ def grading_launcher(
     )
     problem = sandbox_problem(launcher)
     if problem is None:
-        _precompile()
-        # The kernels see the grading edition: no reference implementation of an
-        # exercise and no hidden expected value to delegate to or read.
-        edition, full = _grading_edition()
-        launcher = SandboxLauncher(
-            dataclasses.replace(
-                launcher.settings,
-                library_edition=edition,
-                full_library_assignments=full,
-            )
-        )
+        launcher = with_grading_edition(launcher)
     else:
         raise CourseError(
             f"cannot build the sandbox that keeps student code away from the "

@@ -49,7 +49,10 @@ __all__ = [
     "pristine_graders",
 ]
 
-_START = "import course_lib.checks._record as _r; _r.start(); del _r"
+_START = (
+    "import course_lib.checks as _c, course_lib.checks._record as _r; "
+    "_r.start(); del _c, _r"
+)
 _EXEC_LINES = f"--IPKernelApp.exec_lines={_START}"
 _RECORD = "course_lib.checks._record"
 # Errors after which the kernel may still be busy with the cell.

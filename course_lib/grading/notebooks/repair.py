@@ -96,6 +96,22 @@ class KnownCell:
     checksum: str | None = None
     released_metadata: str | None = None  # the release's nbgrader metadata (JSON)
 
+    @classmethod
+    def from_cell(cls, cell: dict, meta: dict, **known: Any) -> KnownCell:
+        """The assignment cell that a notebook cell with nbgrader metadata ``meta``
+        is (``known``: what else is known of it, such as its released text)."""
+        return cls(
+            grade_id=meta["grade_id"],
+            cell_type=cell.get("cell_type", "code"),
+            grade=bool(meta.get("grade")),
+            solution=bool(meta.get("solution")),
+            locked=bool(meta.get("locked")),
+            task=bool(meta.get("task")),
+            points=meta.get("points"),
+            checksum=meta.get("checksum"),
+            **known,
+        )
+
     @property
     def kind(self) -> str:
         if self.solution and self.grade:
@@ -173,16 +189,10 @@ class Reference:
                 plain.add(_source(cell).strip())
                 continue
             cells.append(
-                KnownCell(
-                    grade_id=gid,
-                    cell_type=cell.get("cell_type", "code"),
-                    grade=bool(meta.get("grade")),
-                    solution=bool(meta.get("solution")),
-                    locked=bool(meta.get("locked")),
-                    task=bool(meta.get("task")),
-                    points=meta.get("points"),
+                KnownCell.from_cell(
+                    cell,
+                    meta,
                     source=_source(cell),
-                    checksum=meta.get("checksum"),
                     released_metadata=json.dumps(meta, sort_keys=True),
                 )
             )
@@ -248,16 +258,7 @@ class Reference:
             gid = meta.get("grade_id") if meta else None
             if not gid or gid in first or not any(meta.get(k) for k in _FLAGS):
                 continue
-            first[gid] = KnownCell(
-                grade_id=gid,
-                cell_type=cell.get("cell_type", "code"),
-                grade=bool(meta.get("grade")),
-                solution=bool(meta.get("solution")),
-                locked=bool(meta.get("locked")),
-                task=bool(meta.get("task")),
-                points=meta.get("points"),
-                checksum=meta.get("checksum"),
-            )
+            first[gid] = KnownCell.from_cell(cell, meta)
         suffix = {"answer": 0, "public": 1, "hidden": 2}
         exercises: list[str] = []
         for gid in first:
@@ -319,6 +320,29 @@ def read_notebook(data: bytes | str | Path, name: str = "the file"):
 
     if isinstance(data, Path):
         name = data.name if name == "the file" else name
+    raw = _notebook_json(_notebook_text(data, name), name)
+    notes: list[Note] = []
+    raw, minor = _as_format_4(raw, name, notes)
+    for index, cell in enumerate(raw["cells"]):
+        _check_cell(cell, f"cell {index + 1}", name)
+    if isinstance(minor, int) and minor < 5:
+        notes.append(
+            Note(
+                f"the notebook was saved in format 4.{minor} by another Jupyter "
+                "version; it was upgraded to 4.5",
+                routine=True,
+            )
+        )
+    raw["nbformat_minor"] = 5
+    if not isinstance(raw.get("metadata"), dict):
+        raw["metadata"] = {}
+    nb = nbformat.from_dict(raw)
+    return nb, notes
+
+
+def _notebook_text(data: bytes | str | Path, name: str) -> str:
+    """The submission as text: read, decoded from UTF-8, not empty."""
+    if isinstance(data, Path):
         try:
             data = data.read_bytes()
         except OSError as exc:
@@ -338,6 +362,11 @@ def read_notebook(data: bytes | str | Path, name: str = "the file"):
         raise Ungradable(
             f"{name} is empty; submit the .ipynb file that JupyterLab saves"
         )
+    return text
+
+
+def _notebook_json(text: str, name: str) -> dict:
+    """The submission's JSON, which must look like a notebook (a list of cells)."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -355,7 +384,14 @@ def read_notebook(data: bytes | str | Path, name: str = "the file"):
             f"{name} is JSON but not a notebook (it has no list of cells); submit the "
             ".ipynb file of the exercise"
         )
-    notes: list[Note] = []
+    return raw
+
+
+def _as_format_4(raw: dict, name: str, notes: list[Note]) -> tuple[dict, object]:
+    """``raw`` in notebook format 4 (a format 3 notebook converted, noted) and the
+    minor version it was saved in."""
+    import nbformat
+
     major = raw.get("nbformat")
     minor = raw.get("nbformat_minor", 0)
     if not isinstance(major, int) or major < 3 or major > 4:
@@ -364,56 +400,45 @@ def read_notebook(data: bytes | str | Path, name: str = "the file"):
             "read (it reads formats 3 and 4); open it in JupyterLab, save it and "
             "submit it again"
         )
-    if major == 3:
-        try:
-            nb = nbformat.reads(text, as_version=4)
-        except Exception as exc:  # noqa: BLE001 - any failure of the conversion
-            raise Ungradable(
-                f"{name} is in the old notebook format 3 and could not be converted "
-                f"({_plain(exc)}); open it in JupyterLab, save it and submit it again"
-            ) from None
-        notes.append(
-            Note(
-                "the notebook was saved in the old format 3; it was converted to 4.5",
-                routine=True,
-            )
+    if major == 4:
+        return raw, minor
+    try:
+        nb = nbformat.reads(json.dumps(raw), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - any failure of the conversion
+        raise Ungradable(
+            f"{name} is in the old notebook format 3 and could not be converted "
+            f"({_plain(exc)}); open it in JupyterLab, save it and submit it again"
+        ) from None
+    notes.append(
+        Note(
+            "the notebook was saved in the old format 3; it was converted to 4.5",
+            routine=True,
         )
-        raw = json.loads(nbformat.writes(nb))
-        minor = 5
-    for index, cell in enumerate(raw["cells"]):
-        where = f"cell {index + 1}"
-        if not isinstance(cell, dict):
-            raise Ungradable(
-                f"{where} of {name} is damaged (it is not a cell); open the notebook "
-                "in JupyterLab, delete that cell and submit it again"
-            )
-        kind = cell.get("cell_type")
-        if kind not in ("code", "markdown", "raw"):
-            raise Ungradable(
-                f"{where} of {name} is damaged (its cell type is {kind!r}); open the "
-                "notebook in JupyterLab, delete or retype that cell and submit it again"
-            )
-        src = cell.get("source", "")
-        if not isinstance(src, str) and not (
-            isinstance(src, list) and all(isinstance(s, str) for s in src)
-        ):
-            raise Ungradable(
-                f"{where} of {name} is damaged (its text is not text); open the "
-                "notebook in JupyterLab, delete that cell and submit it again"
-            )
-    if isinstance(minor, int) and minor < 5:
-        notes.append(
-            Note(
-                f"the notebook was saved in format 4.{minor} by another Jupyter "
-                "version; it was upgraded to 4.5",
-                routine=True,
-            )
+    )
+    return json.loads(nbformat.writes(nb)), 5
+
+
+def _check_cell(cell, where: str, name: str) -> None:
+    """A cell must be a mapping with a known type and text for a source."""
+    if not isinstance(cell, dict):
+        raise Ungradable(
+            f"{where} of {name} is damaged (it is not a cell); open the notebook "
+            "in JupyterLab, delete that cell and submit it again"
         )
-    raw["nbformat_minor"] = 5
-    if not isinstance(raw.get("metadata"), dict):
-        raw["metadata"] = {}
-    nb = nbformat.from_dict(raw)
-    return nb, notes
+    kind = cell.get("cell_type")
+    if kind not in ("code", "markdown", "raw"):
+        raise Ungradable(
+            f"{where} of {name} is damaged (its cell type is {kind!r}); open the "
+            "notebook in JupyterLab, delete or retype that cell and submit it again"
+        )
+    src = cell.get("source", "")
+    if not isinstance(src, str) and not (
+        isinstance(src, list) and all(isinstance(s, str) for s in src)
+    ):
+        raise Ungradable(
+            f"{where} of {name} is damaged (its text is not text); open the "
+            "notebook in JupyterLab, delete that cell and submit it again"
+        )
 
 
 def _plain(exc: BaseException) -> str:
@@ -496,10 +521,25 @@ def repair_notebook(nb, reference: Reference) -> RepairResult:
     """Repair the accidents in ``nb`` (an nbformat 4 node; changed in place and
     returned) against ``reference``; see the module docstring."""
     notes: list[Note] = []
-    known = reference.by_id
     cells = [_Cell(c, i + 1) for i, c in enumerate(nb.cells)]
+    _clear_outputs(cells, notes)
+    stripped = _claim_metadata(cells, reference, notes)
+    cells = _drop_duplicates(cells, reference, stripped, notes)
+    if reference.ordered:  # the assignment's cells in released order
+        cells = _reorder(cells, reference, notes)
+    # cells that lost their metadata, or are gone
+    cells = _restore_missing(cells, reference, stripped, notes)
+    for c in cells:
+        if c.gid:
+            _as_released(c, reference.by_id[c.gid], notes)
+    nb.cells = [c.node for c in cells]
+    _fix_ids(nb, notes)
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return RepairResult(nb, notes, [c.origin for c in cells])
 
-    # outputs: grading runs every cell afresh
+
+def _clear_outputs(cells: list[_Cell], notes: list[Note]) -> None:
+    """Outputs go: grading runs every cell afresh."""
     with_outputs = sum(
         1 for c in cells if c.node.get("cell_type") == "code" and c.node.get("outputs")
     )
@@ -514,7 +554,14 @@ def repair_notebook(nb, reference: Reference) -> RepairResult:
             )
         )
 
-    # cells with grading metadata: the assignment's, or not
+
+def _claim_metadata(
+    cells: list[_Cell], reference: Reference, notes: list[Note]
+) -> set[int]:
+    """Each cell with grading metadata is the assignment's cell of that grade id
+    (``gid`` set) or loses the metadata; the ids of the cells that lost flagged
+    metadata (candidates for a cell whose own metadata is gone)."""
+    known = reference.by_id
     stripped: set[int] = set()
     for c in cells:
         meta = _nbgrader_meta(c.node)
@@ -544,8 +591,16 @@ def repair_notebook(nb, reference: Reference) -> RepairResult:
                     ),
                 )
             )
+    return stripped
 
-    # duplicates: one copy is the assignment's cell
+
+def _drop_duplicates(
+    cells: list[_Cell], reference: Reference, stripped: set[int], notes: list[Note]
+) -> list[_Cell]:
+    """Of several copies of an assignment cell, one is the assignment's cell; a
+    copy of a locked cell with the released text is dropped, any other copy runs
+    as an ordinary cell."""
+    known = reference.by_id
     groups: dict[str, list[_Cell]] = {}
     for c in cells:
         if c.gid:
@@ -594,65 +649,53 @@ def repair_notebook(nb, reference: Reference) -> RepairResult:
                         "copy",
                     )
                 )
-    cells = [c for c in cells if id(c) not in dropped]
+    return [c for c in cells if id(c) not in dropped]
 
-    # the assignment's cells in released order
-    if reference.ordered:
-        cells = _reorder(cells, reference, notes)
 
-    # cells that lost their metadata, or are gone
-    cells = _restore_missing(cells, reference, stripped, notes)
-
-    # every assignment cell with the release's metadata (and locked text)
-    for c in cells:
-        if not c.gid:
-            continue
-        ref = known[c.gid]
-        meta = ref.metadata()
-        old = _nbgrader_meta(c.node)
-        changed = any(bool(old.get(k)) != meta[k] for k in _FLAGS)
-        if old and changed and c.origin is not None:
-            notes.append(
-                Note(
-                    f"the grading metadata of {c.where} (`{ref.grade_id}`) had been "
-                    f"changed; it is the {ref.kind} again",
-                    advice=f"the grading metadata of {c.where} (`{ref.grade_id}`) was "
-                    "changed; do not edit cell metadata",
-                )
+def _as_released(c: _Cell, ref: KnownCell, notes: list[Note]) -> None:
+    """The assignment cell ``c`` with the release's metadata, cell type and (when
+    locked) text, each change noted."""
+    meta = ref.metadata()
+    old = _nbgrader_meta(c.node)
+    changed = any(bool(old.get(k)) != meta[k] for k in _FLAGS)
+    if old and changed and c.origin is not None:
+        notes.append(
+            Note(
+                f"the grading metadata of {c.where} (`{ref.grade_id}`) had been "
+                f"changed; it is the {ref.kind} again",
+                advice=f"the grading metadata of {c.where} (`{ref.grade_id}`) was "
+                "changed; do not edit cell metadata",
             )
-        c.node["metadata"]["nbgrader"] = meta
-        if ref.locked:
-            c.node["metadata"]["editable"] = False
-            c.node["metadata"]["deletable"] = False
-            if ref.source is not None and _source(c.node).strip() != ref.source.strip():
-                if c.origin is not None and not ref.matches_release(_source(c.node)):
-                    notes.append(
-                        Note(
-                            f"the {ref.kind} `{ref.grade_id}` ({c.where}) had been "
-                            "edited; grading uses the released text",
-                            advice=f"the {ref.kind} `{ref.grade_id}` ({c.where}) was "
-                            "edited; grading uses the released text, so undo the edit",
-                        )
+        )
+    c.node["metadata"]["nbgrader"] = meta
+    if ref.locked:
+        c.node["metadata"]["editable"] = False
+        c.node["metadata"]["deletable"] = False
+        if ref.source is not None and _source(c.node).strip() != ref.source.strip():
+            if c.origin is not None and not ref.matches_release(_source(c.node)):
+                notes.append(
+                    Note(
+                        f"the {ref.kind} `{ref.grade_id}` ({c.where}) had been "
+                        "edited; grading uses the released text",
+                        advice=f"the {ref.kind} `{ref.grade_id}` ({c.where}) was "
+                        "edited; grading uses the released text, so undo the edit",
                     )
-                c.node["source"] = ref.source
-        if ref.cell_type != c.node["cell_type"]:
-            notes.append(
-                Note(
-                    f"{c.where} (`{ref.grade_id}`) had been turned into a "
-                    f"{c.node['cell_type']} cell; it is a {ref.cell_type} cell again",
-                    advice=f"{c.where} (`{ref.grade_id}`) must stay a "
-                    f"{ref.cell_type} cell",
                 )
+            c.node["source"] = ref.source
+    if ref.cell_type != c.node["cell_type"]:
+        notes.append(
+            Note(
+                f"{c.where} (`{ref.grade_id}`) had been turned into a "
+                f"{c.node['cell_type']} cell; it is a {ref.cell_type} cell again",
+                advice=f"{c.where} (`{ref.grade_id}`) must stay a "
+                f"{ref.cell_type} cell",
             )
-            c.node["cell_type"] = ref.cell_type
-            _clean_cell(c.node)
-            if ref.cell_type != "code":
-                c.node.pop("outputs", None)
-                c.node.pop("execution_count", None)
-    nb.cells = [c.node for c in cells]
-    _fix_ids(nb, notes)
-    nb.nbformat, nb.nbformat_minor = 4, 5
-    return RepairResult(nb, notes, [c.origin for c in cells])
+        )
+        c.node["cell_type"] = ref.cell_type
+        _clean_cell(c.node)
+        if ref.cell_type != "code":
+            c.node.pop("outputs", None)
+            c.node.pop("execution_count", None)
 
 
 def _is_released_text(ref: KnownCell, node) -> bool:
@@ -789,25 +832,15 @@ def _region(cells: list[_Cell], reference: Reference, rank: int) -> range:
 def _restore_missing(
     cells: list[_Cell], reference: Reference, stripped: set[int], notes: list[Note]
 ) -> list[_Cell]:
-    import nbformat
-
+    """Each assignment cell not present: a cell that lost its metadata is adopted
+    as it, else a graded, task or locked cell is put back from the release (where
+    its text is known); each case noted."""
     present = {c.gid for c in cells if c.gid}
     for ref in reference.cells:
         if ref.grade_id in present:
             continue
         rank = reference.rank(ref.grade_id) if reference.ordered else len(cells)
-        region = (
-            _region(cells, reference, rank) if reference.ordered else range(len(cells))
-        )
-        candidates = [
-            i
-            for i in region
-            if not cells[i].gid
-            and id(cells[i]) not in stripped
-            and cells[i].node["cell_type"] == ref.cell_type
-            and _source(cells[i].node).strip() not in reference.plain_sources
-        ]
-        found = _adopt(ref, [cells[i] for i in candidates])
+        found = _adoptable(cells, reference, stripped, ref, rank)
         if found is not None:
             found.gid = ref.grade_id
             present.add(ref.grade_id)
@@ -820,55 +853,80 @@ def _restore_missing(
                     "your work into it",
                 )
             )
-            continue
-        if not (ref.grade or ref.task) and ref.solution:
-            notes.append(
-                Note(
-                    f"the {ref.kind} `{ref.grade_id}` was not found (deleted, or its "
-                    "grading metadata was removed); the code of the notebook is "
-                    "graded as it stands",
-                    advice=f"the {ref.kind} `{ref.grade_id}` is missing; fetch a fresh "
-                    "copy of the exercise and move your work into it",
-                )
-            )
-            continue
-        if not (ref.grade or ref.task or ref.locked):
-            continue
-        if ref.source is None and ref.graded_source is None:
-            notes.append(
-                Note(
-                    f"the {ref.kind} `{ref.grade_id}` is missing",
-                    advice=f"the {ref.kind} `{ref.grade_id}` is missing; fetch a "
-                    "fresh copy of the exercise and move your work into it",
-                )
-            )
-            continue
-        source = ref.source if ref.source is not None else ref.graded_source
-        node = (
-            nbformat.v4.new_code_cell(source)
-            if ref.cell_type == "code"
-            else nbformat.v4.new_markdown_cell(source)
-        )
-        node.pop("id", None)
-        new = _Cell(node, None, ref.grade_id)
-        if reference.ordered:
-            at, _ = _insertion_point(cells, reference, rank)
-        else:
-            at = len(cells)
-        cells.insert(at, new)
-        present.add(ref.grade_id)
-        place = _place_words(cells, at, reference)
+        elif _put_back(cells, reference, ref, rank, notes):
+            present.add(ref.grade_id)
+    return cells
+
+
+def _adoptable(
+    cells: list[_Cell], reference: Reference, stripped: set[int], ref, rank: int
+) -> _Cell | None:
+    """The cell without metadata, where the release has ``ref``, that is it."""
+    region = _region(cells, reference, rank) if reference.ordered else range(len(cells))
+    candidates = [
+        i
+        for i in region
+        if not cells[i].gid
+        and id(cells[i]) not in stripped
+        and cells[i].node["cell_type"] == ref.cell_type
+        and _source(cells[i].node).strip() not in reference.plain_sources
+    ]
+    return _adopt(ref, [cells[i] for i in candidates])
+
+
+def _put_back(
+    cells: list[_Cell], reference: Reference, ref, rank: int, notes: list[Note]
+) -> bool:
+    """Insert the missing ``ref`` from the release, where that makes sense and its
+    text is known; whether it was put back (a note says what happened either way,
+    but for an ordinary cell)."""
+    import nbformat
+
+    if not (ref.grade or ref.task) and ref.solution:
         notes.append(
             Note(
-                f"the {ref.kind} `{ref.grade_id}` was missing (deleted, or its grading "
-                f"metadata was removed); it was put back from the release"
-                + (f", {place}" if place else ""),
-                advice=f"the {ref.kind} `{ref.grade_id}` is missing; do not delete "
-                "test cells (fetch a fresh copy of the exercise and move your work "
-                "into it)",
+                f"the {ref.kind} `{ref.grade_id}` was not found (deleted, or its "
+                "grading metadata was removed); the code of the notebook is "
+                "graded as it stands",
+                advice=f"the {ref.kind} `{ref.grade_id}` is missing; fetch a fresh "
+                "copy of the exercise and move your work into it",
             )
         )
-    return cells
+        return False
+    if not (ref.grade or ref.task or ref.locked):
+        return False
+    if ref.source is None and ref.graded_source is None:
+        notes.append(
+            Note(
+                f"the {ref.kind} `{ref.grade_id}` is missing",
+                advice=f"the {ref.kind} `{ref.grade_id}` is missing; fetch a "
+                "fresh copy of the exercise and move your work into it",
+            )
+        )
+        return False
+    source = ref.source if ref.source is not None else ref.graded_source
+    node = (
+        nbformat.v4.new_code_cell(source)
+        if ref.cell_type == "code"
+        else nbformat.v4.new_markdown_cell(source)
+    )
+    node.pop("id", None)
+    at = len(cells)
+    if reference.ordered:
+        at = _insertion_point(cells, reference, rank)[0]
+    cells.insert(at, _Cell(node, None, ref.grade_id))
+    place = _place_words(cells, at, reference)
+    notes.append(
+        Note(
+            f"the {ref.kind} `{ref.grade_id}` was missing (deleted, or its grading "
+            f"metadata was removed); it was put back from the release"
+            + (f", {place}" if place else ""),
+            advice=f"the {ref.kind} `{ref.grade_id}` is missing; do not delete "
+            "test cells (fetch a fresh copy of the exercise and move your work "
+            "into it)",
+        )
+    )
+    return True
 
 
 def _adopt(ref: KnownCell, candidates: list[_Cell]) -> _Cell | None:
