@@ -24,6 +24,18 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture
+def root() -> Path:
+    """The repository root."""
+    return ROOT
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A seeded generator: tests draw random inputs only through it."""
+    return torch.Generator().manual_seed(0)
+
+
 # --- the built book, served and read in a browser (test_book_site, test_launch_links) -
 
 CHROMIUM = Path("/usr/bin/chromium")
