@@ -618,7 +618,7 @@ def test_class_edition_sources_list_no_graded_code(chapter: str, graded: list) -
     of chapters 2-4 lists none of the graded functions, and no cell assembles a whole
     graded table (chapter 2's former pe_by_loops, chapter 4's stacked block-matrix
     rotation, chapter 3's block_diag of the SymPy block)."""
-    from course_lib.grading.launch import strip_open_only
+    from course_lib.grading.editions.launch import strip_open_only
 
     root = Path(__file__).resolve().parent.parent
     full = (root / "book" / f"{chapter}.md").read_text(encoding="utf-8")

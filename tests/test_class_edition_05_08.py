@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading.launch import strip_open_only
+from course_lib.grading.editions.launch import strip_open_only
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = {
