@@ -6,14 +6,21 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from course_lib.experiments.lm import (
+    EXTENSION_METHODS,
+    FINE_TUNED,
     LM_METHODS,
     LMConfig,
     code_hash,
+    contrast,
     encode,
+    extension_factor,
+    extension_scaling,
     load_corpus,
     log_interval,
+    nll_blocks,
     perplexity,
     rope_extension,
     run_lm_experiment,
@@ -22,9 +29,11 @@ from course_lib.experiments.lm import (
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "course_lib" / "data" / "lm_extrapolation.json"
-TINY = LMConfig(train_length=8, multipliers=(1, 2), extension_multipliers=(2,),
-                seeds=(0,), steps=4, batch_size=4, d_model=16, n_heads=2,
-                d_ff=32, eval_tokens=64, fine_tune_steps=2)
+TINY = LMConfig(train_length=8, multipliers=(1, 2, 4), extension_multipliers=(2, 4),
+                seeds=(0, 1), steps=4, batch_size=4, d_model=16, n_heads=2,
+                d_ff=32, eval_tokens=96, fine_tune_steps=2, bootstrap=200,
+                sliding_multipliers=(1, 2), extension_sliding_multipliers=(2,),
+                fine_tune_multipliers=(2, 4))
 
 
 def test_corpus_is_deterministic_and_split_disjointly():
@@ -110,35 +119,195 @@ def test_committed_results_come_from_this_code():
         "run `course lab --lm`")
 
 
+def _check_cell(cell, n_seeds):
+    assert len(cell["values"]) == n_seeds == len(cell["blocks"])
+    assert 1.0 <= cell["low"] <= cell["mean"] <= cell["high"]
+    # the stored per-seed perplexities are exp of the block sums over the counts
+    for v, row in zip(cell["values"], cell["blocks"], strict=True):
+        assert len(row) == len(cell["counts"])
+        assert math.isclose(math.log(v), sum(row) / sum(cell["counts"]),
+                            rel_tol=1e-9)
+    # the mean is the geometric mean over seeds
+    geo = math.exp(sum(math.log(v) for v in cell["values"]) / n_seeds)
+    assert math.isclose(cell["mean"], geo, rel_tol=1e-9)
+
+
 def _check_record(rec, cfg_methods):
     for key in ("code_sha256", "corpus_sha256", "seeds", "settings", "timing",
-                "perplexity", "extension", "sliding_stride", "interval"):
+                "perplexity", "extension", "reference", "factors", "sliding_stride",
+                "block_tokens", "interval"):
         assert key in rec
     assert len(rec["code_sha256"]) == 64 and len(rec["corpus_sha256"]) == 64
     assert rec["corpus_sha256"] == load_corpus()[1]
     assert rec["timing"]["cpu_seconds"] > 0
+    n = len(rec["seeds"])
     L = rec["settings"]["train_length"]
-    lengths = {str(m * L) for m in rec["settings"]["multipliers"]}
+    s = rec["settings"]
+
+    def at(name):
+        return {str(m * L) for m in s[name]}
+
     for kind in ("nonoverlap", "sliding"):
+        slide = kind == "sliding"
         assert set(rec["perplexity"][kind]) == set(cfg_methods)
         for per in rec["perplexity"][kind].values():
-            assert set(per) == lengths
+            assert set(per) == at("sliding_multipliers" if slide else "multipliers")
             for cell in per.values():
-                assert len(cell["values"]) == len(rec["seeds"])
-                assert 1.0 <= cell["low"] <= cell["mean"] <= cell["high"]
-    for kind in ("no_fine_tune", "fine_tune"):
-        for per in rec["extension"][kind].values():
+                _check_cell(cell, n)
+        for stage in ("no_fine_tune", "fine_tune"):
+            for per in rec["extension"][kind][stage].values():
+                want = at("extension_multipliers" if stage == "no_fine_tune"
+                          else "fine_tune_multipliers")
+                if slide:
+                    want &= at("extension_sliding_multipliers")
+                assert set(per) == want
+                for cell in per.values():
+                    _check_cell(cell, n)
+        for per in rec["reference"][kind].values():
             for cell in per.values():
-                assert 1.0 <= cell["low"] <= cell["mean"] <= cell["high"]
+                _check_cell(cell, n)
+    # at T = L the sliding window (stride L) scores exactly the non-overlapping
+    # windows' tokens, so both give the same numbers
+    for m in cfg_methods:
+        a = rec["perplexity"]["nonoverlap"][m][str(L)]["values"]
+        b = rec["perplexity"]["sliding"][m][str(L)]["values"]
+        assert all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(a, b, strict=True))
+
+
+def _dynamic_factor_by_definition(length, L):
+    # dynamic NTK (emozilla 2023; YaRN section 3.3): s = max(1, l / L), l the
+    # length of the input in use
+    return max(1.0, length / L)
+
+
+def test_dynamic_ntk_uses_length_over_L():
+    cfg = LMConfig()
+    L = cfg.train_length
+    for mult in (2, 4, 8):
+        T = mult * L
+        assert extension_factor("dynamic", T, cfg) == _dynamic_factor_by_definition(
+            T, L) == mult
+    assert extension_factor("dynamic", L // 2, cfg) == 1.0
+    # static NTK keeps one factor (the largest extension multiplier) at every length
+    assert {extension_factor("ntk", m * L, cfg) for m in (2, 4, 8)} == {8.0}
+    # end to end: the rotary table of the model at T holds the NTK-scaled angles
+    # theta_i' = (b s^(d/(d-2)))^(-2i/d) with s = T/L, not the misconfigured
+    # s = (T/L)^2 - T/L + 1 of Hugging Face's rule fed the target ratio
+    small = LMConfig(train_length=8, d_model=16, n_heads=2, d_ff=32, steps=1,
+                     batch_size=4)
+    model, _ = train_lm("rope", 0, small, encode("abcdefgh" * 20))
+    d = small.d_model // small.n_heads
+    i = torch.arange(d // 2, dtype=torch.float64)
+    for mult in (2, 4, 8):
+        T = mult * small.train_length
+        rope_extension(model, extension_scaling("dynamic", T, small))
+        model(torch.zeros(1, T, dtype=torch.long))  # the module sees length T
+        cos1 = model.shared["rope"].cos_cached[1]  # cos(theta_i') at position 1
+        for s, equal in ((float(mult), True), (float(mult * mult - mult + 1), False)):
+            theta = (10000.0 * s ** (d / (d - 2))) ** (-2 * i / d)
+            assert torch.allclose(cos1, theta.cos(), atol=1e-12) is equal, (mult, s)
+    rope_extension(model, None)
+
+
+def test_nll_blocks_count_the_scored_tokens():
+    data = encode("the quick brown fox jumps over the lazy dog. " * 4)
+    n = data.numel() - 1
+    model, _ = train_lm("alibi", 0, TINY, data)
+    length, stride, block = 16, 4, 20
+    sums, counts = nll_blocks(model, data, length, stride=stride, block=block)
+    n_windows = (n - length) // stride + 1
+    assert counts.sum() == length + (n_windows - 1) * stride
+    assert counts.numel() == -(-n // block)
+    sums_all, counts_all = nll_blocks(model, data, length)
+    assert counts_all.sum() == n // length * length
+    assert math.isclose(math.exp(float(sums_all.sum() / counts_all.sum())),
+                        perplexity(model, data, length), rel_tol=1e-12)
+    # a token's block is its input position // block: the first block holds the
+    # first window's 16 predictions plus the 4 of the next window
+    assert counts[0] == block
+
+
+def _cell(blocks, counts):
+    return {"blocks": blocks, "counts": counts}
+
+
+def test_contrast_adds_seed_and_text_variance():
+    counts = [10, 10, 10, 10]
+    # the same NLL per token in every block and seed: no noise at all
+    flat = _cell([[20.0] * 4] * 3, counts)
+    c = contrast(flat, replicates=100)
+    assert math.isclose(c["ratio"], math.exp(2.0), rel_tol=1e-12)
+    assert math.isclose(c["low"], c["high"], rel_tol=1e-12)
+    # seeds differ, blocks within a seed do not: the seed t-interval of chapter 10
+    seeds = _cell([[10.0] * 4, [20.0] * 4, [30.0] * 4], counts)
+    c = contrast(seeds, replicates=100)
+    assert c["se_text"] < 1e-12
+    lo = log_interval([math.exp(1.0), math.exp(2.0), math.exp(3.0)])
+    assert math.isclose(c["low"], lo["low"], rel_tol=1e-9)
+    assert math.isclose(c["high"], lo["high"], rel_tol=1e-9)
+    # blocks differ, seeds do not: only text noise, wider than no noise
+    text = _cell([[10.0, 30.0, 15.0, 25.0]] * 3, counts)
+    c = contrast(text, replicates=500)
+    assert c["sd_seed"] == 0 and c["se_text"] > 0 and c["low"] < c["high"]
+    # a cell against itself, paired: ratio 1, no width
+    c = contrast(text, text, paired=True, replicates=100)
+    assert c["ratio"] == 1.0 and math.isclose(c["low"], 1.0, abs_tol=1e-12)
+    with pytest.raises(ValueError, match="same text blocks"):
+        contrast(text, _cell([[1.0]] * 3, [1]))
+
+
+def test_t5_buckets_are_exact_only_up_to_half_of_L():
+    # model.py builds T5's causal bias with num_buckets = max_distance = L: the first
+    # L/2 buckets are one per distance, the rest logarithmic (T5's rule, computed
+    # here from its formula, not from the library)
+    from course_lib.experiments.model import ModelConfig, TinyTransformer
+    from course_lib.relative import t5_relative_position_bucket
+
+    L = 32
+    model = TinyTransformer(ModelConfig(vocab_size=4, n_classes=4, method="t5",
+                                        train_length=L))
+    t5 = model.shared["t5"]
+    assert (t5.num_buckets, t5.max_distance) == (L, L)
+    exact = L // 2
+    dist = torch.arange(0, 4 * L)
+
+    def by_formula(d):
+        if d < exact:
+            return d
+        b = exact + int(math.log(d / exact) / math.log(L / exact) * (L - exact))
+        return min(b, L - 1)
+
+    want = [by_formula(int(d)) for d in dist]
+    got = t5_relative_position_bucket(-dist, bidirectional=False, num_buckets=L,
+                                      max_distance=L).tolist()
+    assert got == want
+    trained = set(got[:L])  # distances 0 .. L-1 occur in training
+    assert got[:exact] == list(range(exact))
+    assert set(range(L)) - trained == {20}  # one bucket is never used at L = 32
+    assert len(trained) < L
+    assert set(got[L:]) == {L - 1}  # every longer distance shares the last bucket
 
 
 def test_tiny_run_writes_the_full_record_format():
     rec = run_lm_experiment(TINY, log=lambda *_: None)
     json.loads(json.dumps(rec))
     _check_record(rec, LM_METHODS)
-    assert set(rec["extension"]["no_fine_tune"]) == {"linear", "dynamic", "yarn",
-                                                      "llama3"}
-    assert set(rec["extension"]["fine_tune"]) == {"linear", "yarn"}
+    for kind in ("nonoverlap", "sliding"):
+        assert set(rec["extension"][kind]["no_fine_tune"]) == set(EXTENSION_METHODS)
+        assert set(rec["extension"][kind]["fine_tune"]) == set(FINE_TUNED)
+    assert set(rec["reference"]["nonoverlap"]) == {"sinusoidal", "rope"}
+    assert rec["reference"]["sliding"] == {}
+    L = TINY.train_length
+    assert rec["factors"]["dynamic"] == {str(m * L): float(m) for m in (2, 4)}
+    assert rec["factors"]["ntk"] == {str(m * L): 4.0 for m in (2, 4)}
+    # at the largest multiplier static and dynamic NTK are the same rotation
+    top = str(4 * L)
+    ext = rec["extension"]["nonoverlap"]["no_fine_tune"]
+    assert ext["ntk"][top]["values"] == ext["dynamic"][top]["values"]
+    # the control fine-tune changes the model (it is not plain RoPE re-scored)
+    ft = rec["extension"]["nonoverlap"]["fine_tune"]["plain"][top]["values"]
+    plain = rec["perplexity"]["nonoverlap"]["rope"][top]["values"]
+    assert ft != plain
     from course_lib.viz import plot_lm_perplexity
 
     fig = plot_lm_perplexity(rec)
@@ -150,3 +319,86 @@ def test_committed_results_file_has_the_expected_format():
     rec = json.loads(RESULTS.read_text())
     _check_record(rec, rec["settings"]["methods"])
     assert len(rec["seeds"]) == 3
+    # the whole validation split is scored
+    assert rec["eval_tokens"] == len(load_corpus()[2][1]) - 1
+    # the dynamic NTK factors follow the definition s = max(1, T / L)
+    L = rec["settings"]["train_length"]
+    for T, s in rec["factors"]["dynamic"].items():
+        assert s == _dynamic_factor_by_definition(int(T), L)
+    assert sorted(rec["factors"]["dynamic"].values()) == [2.0, 4.0, 8.0]
+
+
+CHAPTER = ROOT / "book" / "12-lm-extrapolation.md"
+
+
+def _prose(text):
+    """The chapter's Markdown without code cells, math, inline code and roles."""
+    import re
+
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)  # code cells, directives
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    text = re.sub(r"\$[^$\n]+\$", " ", text)
+    text = re.sub(r"\{[a-z:]+\}`[^`]*`", " ", text)  # {cite}`...`, {glue:text}`...`
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"^---\n.*?\n---\n", " ", text, flags=re.S)  # front matter
+    # names with numbers in them, and the papers' section numbers, are not results
+    text = re.sub(r"WikiText-103|Llama 3\.1", " ", text)
+    return re.sub(r"(section|appendix|appendices|Figure|Table|chapter)s? [A-Z]?[\d.]+",
+                  " ", text)
+
+
+def test_chapter_prose_types_no_results():
+    # every result the chapter states is computed from the record at build time:
+    # its prose (outside code, math and glue) holds no decimal number, no number of
+    # three or more digits and no percentage other than the 95 % of the intervals
+    import re
+
+    prose = _prose(CHAPTER.read_text())
+    found = re.findall(r"\d+\.\d+|\d{3,}|\d+,\d{3}|\d+ ?%", prose)
+    assert set(found) <= {"95 %"}, found
+    assert json.loads(RESULTS.read_text())["interval"].startswith("95%")
+    # and the machinery is used: glued settings and computed statements
+    text = CHAPTER.read_text()
+    assert "{glue:text}`" in text and "rep.comparisons(record)" in text
+
+
+def test_prose_check_catches_a_typed_number():
+    assert "7.29" in _prose("RoPE has perplexity 7.29 at $L$.")
+    assert "95 %" in _prose("a 95 % interval, see section 2.1")
+    assert "2.1" not in _prose("see section 2.1 and `x = 3.5` and $t_{0.975}$")
+
+
+def test_chapter_comparisons_follow_their_intervals():
+    from course_lib.experiments import lm_report
+
+    rec = json.loads(RESULTS.read_text())
+    comps = lm_report.comparisons(rec)
+    assert comps
+    for c in comps.values():
+        assert c.low <= c.ratio <= c.high
+        want = ("lower" if c.high < 1 else "higher" if c.low > 1
+                else "not separated")
+        assert c.verdict == want, c
+    # the point estimate of a paired ratio is the geometric mean over seeds of the
+    # per-seed ratios on the text blocks both cells scored (at T = 16L the last,
+    # short block holds no whole window), recomputed here from the stored blocks
+    L = rec["settings"]["train_length"]
+    top = max(rec["settings"]["multipliers"]) * L
+    per = rec["perplexity"]["nonoverlap"]["alibi"]
+    a, b = per[str(top)], per[str(L)]
+    both = [j for j, (x, y) in enumerate(zip(a["counts"], b["counts"], strict=True))
+            if x > 0 and y > 0]
+    assert 0 < len(both) < len(a["counts"])  # the tail block is left out
+
+    def log_ppl(cell, row):
+        return sum(row[j] for j in both) / sum(cell["counts"][j] for j in both)
+
+    diffs = [log_ppl(a, ra) - log_ppl(b, rb)
+             for ra, rb in zip(a["blocks"], b["blocks"], strict=True)]
+    geo = math.exp(sum(diffs) / len(diffs))
+    assert math.isclose(comps["rise/nonoverlap/alibi"].ratio, geo, rel_tol=1e-9)
+    # the dynamic NTK rows of the table print the factors of the definition
+    table = lm_report.extension_table(rec, "nonoverlap")
+    row = next(r for r in table.splitlines() if r.startswith("| dynamic NTK"))
+    for m in rec["settings"]["extension_multipliers"]:
+        assert f"s = {_dynamic_factor_by_definition(m * L, L):g}" in row

@@ -3,23 +3,31 @@
 Press et al. (2022) train causal language models at length ``L`` and plot validation
 perplexity at longer lengths. This module repeats that experiment in miniature on
 the English documentation text shipped with CPython (``pydoc_data.topics``), so it
-runs on every machine without a download. Tokens are characters.
+runs on every machine without a download. Tokens are bytes, so every perplexity here
+is per byte: it is not comparable with the word-level perplexities of the paper's
+WikiText-103 models.
 
 * :func:`load_corpus` returns the text, its SHA-256 and a deterministic 90/10
   train/validation split (by topic name, so no topic straddles the split).
 * :func:`train_lm` trains a
   :class:`~course_lib.experiments.model.TinyTransformer` at length ``L``.
-* :func:`perplexity` evaluates at any length, with non-overlapping windows or with a
-  sliding window that scores only the last ``stride`` tokens of each window.
-* :func:`rope_extension` rebuilds the rotary cache of a RoPE model with one of the
-  context-extension methods of :mod:`course_lib.rope_scaling`, at inference.
+* :func:`nll_blocks` scores any length, with non-overlapping windows or with a
+  sliding window that scores only the last ``stride`` tokens of each window, and
+  returns the negative log-likelihood summed per block of the text;
+  :func:`perplexity` is its exponentiated mean.
+* :func:`extension_scaling` and :func:`rope_extension` rebuild the rotary cache of a
+  RoPE model with one of the context-extension methods of
+  :mod:`course_lib.rope_scaling`, at inference.
 * :func:`run_lm_experiment` runs every method and seed and returns the JSON record
   that ``course lab --lm`` writes to ``course_lib/data/lm_extrapolation.json``.
 
-Intervals over seeds are Student-t intervals on the log-perplexity (the mean
-negative log-likelihood per token, in nats), exponentiated: the log scale is
-where seed-to-seed variation is roughly symmetric, and the exponential maps any
-interval of a non-negative NLL into ``[1, inf)``, the range of a perplexity.
+Intervals (:func:`contrast`) cover two sources of noise: the training seed and the
+sample of text. On the log scale (the mean negative log-likelihood per token, in
+nats) the seed part is the Student-t part of chapter 10's ``mean_ci``; the text part
+is a bootstrap over blocks of the validation text (the same resampled blocks for
+every seed, since every model reads the same text). The two variances add, the
+degrees of freedom follow Welch and Satterthwaite, and the interval is
+exponentiated, so it lies in ``[1, inf)``, the range of a perplexity.
 
 >>> text, digest, (train, val) = load_corpus()
 >>> len(digest), len(train) > 8 * len(val) > 0
@@ -31,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -39,7 +47,7 @@ import torch.nn.functional as F
 
 from course_lib._validate import fail
 from course_lib.experiments.model import ModelConfig, TinyTransformer
-from course_lib.experiments.train import mean_ci
+from course_lib.experiments.train import t_quantile
 from course_lib.rope import RotaryEmbedding
 
 __all__ = [
@@ -47,12 +55,18 @@ __all__ = [
     "RESULTS_PATH",
     "code_hash",
     "EXTENSION_METHODS",
+    "FINE_TUNED",
     "LMConfig",
     "load_corpus",
     "encode",
     "train_lm",
+    "nll_blocks",
     "perplexity",
+    "dynamic_ntk_scale",
+    "extension_factor",
+    "extension_scaling",
     "rope_extension",
+    "contrast",
     "log_interval",
     "run_lm_experiment",
 ]
@@ -63,16 +77,34 @@ LM_METHODS: tuple[str, ...] = (
 """Methods of the perplexity experiment (``rope+yarn`` is the RoPE model with YaRN
 applied at inference, factor = evaluation length / L)."""
 
-EXTENSION_METHODS: tuple[str, ...] = ("linear", "dynamic", "yarn", "llama3")
-"""RoPE context-extension methods applied at inference to the trained RoPE model."""
+EXTENSION_METHODS: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
+"""RoPE context-extension methods applied at inference to the trained RoPE model:
+position interpolation, static NTK (one factor for every length), dynamic NTK
+(factor from the current length), YaRN, Llama 3.1's bands."""
 
-FINE_TUNED: tuple[str, ...] = ("linear", "yarn")
-"""Extension methods whose papers fine-tune briefly at the longer length (PI, YaRN)."""
+FINE_TUNED: tuple[str, ...] = ("linear", "yarn", "plain")
+"""Fine-tuned at the longer length: PI and YaRN (whose papers fine-tune briefly), and
+``plain``, the control: the RoPE model fine-tuned the same steps at the same length
+with no rescaling."""
 
 
 @dataclass(frozen=True)
 class LMConfig:
-    """Settings of the language-model experiment (defaults: the committed run)."""
+    """Settings of the language-model experiment (defaults: the committed run).
+
+    ``eval_tokens=None`` scores the whole validation split; ``block_tokens=None``
+    makes the bootstrap blocks as long as the longest evaluation window.
+    ``static_ntk_factor=None`` sets static NTK's one factor to the largest extension
+    multiplier. Reference models (Press et al.'s baseline) are trained at
+    ``reference_multiplier * L`` on the same number of tokens per step and scored with
+    non-overlapping windows. The sliding window (stride ``L``) is run at
+    ``sliding_multipliers`` for the main models and at
+    ``extension_sliding_multipliers`` for the extensions; fine-tunes run at
+    ``fine_tune_multipliers`` with batches of ``fine_tune_batch_size`` windows. (The
+    sliding window costs ``T / L`` forward passes per scored token and a fine-tune
+    step at ``T`` costs ``T / L`` times a training step: these settings keep the run
+    to a few CPU-minutes.)
+    """
 
     train_length: int = 32
     multipliers: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -85,22 +117,56 @@ class LMConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 128
-    eval_tokens: int = 4096
+    eval_tokens: int | None = None
+    block_tokens: int | None = None
+    bootstrap: int = 2000
+    bootstrap_seed: int = 0
+    sliding_multipliers: tuple[int, ...] = (1, 2, 4, 8)
+    extension_sliding_multipliers: tuple[int, ...] = (2, 4)
     fine_tune_steps: int = 40
     fine_tune_lr: float = 1e-3
+    fine_tune_batch_size: int = 8
+    fine_tune_multipliers: tuple[int, ...] = (2, 4)
+    fine_tune_methods: tuple[str, ...] = FINE_TUNED
+    static_ntk_factor: float | None = None
+    reference_methods: tuple[str, ...] = ("sinusoidal", "rope")
+    reference_multiplier: int = 4
     methods: tuple[str, ...] = field(default=LM_METHODS)
 
     def __post_init__(self) -> None:
-        for m in self.methods:
-            if m not in LM_METHODS:
+        for m in (*self.methods, *self.reference_methods):
+            if m not in LM_METHODS or m == "rope+yarn" and m in self.reference_methods:
                 fail("LMConfig", f"methods must be among {', '.join(LM_METHODS)}, "
                                  f"got {m!r}")
+        for m in self.fine_tune_methods:
+            if m not in FINE_TUNED:
+                fail("LMConfig", f"fine_tune_methods must be among "
+                                 f"{', '.join(FINE_TUNED)}, got {m!r}")
         if self.train_length < 4:
             fail("LMConfig", f"train_length must be at least 4, got "
                              f"{self.train_length}")
         if min(self.multipliers) < 1 or min(self.extension_multipliers, default=2) < 2:
             fail("LMConfig", "multipliers must be >= 1 and extension multipliers "
                              ">= 2")
+        if not (set(self.sliding_multipliers) <= set(self.multipliers)
+                and set(self.extension_sliding_multipliers)
+                | set(self.fine_tune_multipliers) <= set(self.extension_multipliers)):
+            fail("LMConfig", "sliding multipliers must be among the multipliers, and "
+                             "extension sliding and fine-tune multipliers among the "
+                             "extension multipliers")
+        if self.reference_methods and (
+                self.reference_multiplier < 2
+                or self.batch_size % self.reference_multiplier):
+            fail("LMConfig", f"reference_multiplier must be >= 2 and divide "
+                             f"batch_size={self.batch_size} (same tokens per step), "
+                             f"got {self.reference_multiplier}")
+
+    @property
+    def static_factor(self) -> float:
+        """Static NTK's factor: ``static_ntk_factor``, else the largest multiplier."""
+        if self.static_ntk_factor is not None:
+            return float(self.static_ntk_factor)
+        return float(max(self.extension_multipliers, default=2))
 
 
 def load_corpus() -> tuple[str, str, tuple[str, str]]:
@@ -149,6 +215,10 @@ def train_lm(method: str, seed: int, cfg: LMConfig, train_data: torch.Tensor,
              ) -> tuple[TinyTransformer, list[float]]:
     """Train (or, given ``model``, fine-tune) a character LM; returns it and losses.
 
+    Batches of ``cfg.batch_size`` windows of ``length`` (default ``cfg.train_length``)
+    tokens, drawn by a generator seeded with ``10_000 + seed``; the weights of a new
+    model are drawn under ``torch.manual_seed(seed)``.
+
     >>> cfg = LMConfig(steps=3, d_model=16, n_heads=2, d_ff=32, batch_size=4)
     >>> m, losses = train_lm("alibi", 0, cfg, encode("hello world " * 20))
     >>> len(losses)
@@ -182,7 +252,11 @@ def train_lm(method: str, seed: int, cfg: LMConfig, train_data: torch.Tensor,
 
 
 def rope_extension(model: TinyTransformer, scaling: dict | None) -> None:
-    """Replace the rotary cache of a RoPE ``model`` (``scaling=None``: plain RoPE)."""
+    """Replace the rotary cache of a RoPE ``model`` (``scaling=None``: plain RoPE).
+
+    ``scaling`` is a ``RotaryEmbedding`` scaling dict, e.g. from
+    :func:`extension_scaling`.
+    """
     if model.config.method != "rope":
         fail("rope_extension", f"the model must use RoPE, got "
                                f"{model.config.method!r}")
@@ -191,53 +265,129 @@ def rope_extension(model: TinyTransformer, scaling: dict | None) -> None:
         head_dim, max_seq_len=model.config.train_length, scaling=scaling)
 
 
-def _scaling(method: str, factor: float, L: int, length: int) -> dict:
-    # the dynamic method reads the current length from the input (RotaryEmbedding)
-    return {"method": method, "factor": float(factor), "original_max_position": L}
+def dynamic_ntk_scale(length: int, train_length: int) -> float:
+    r"""Dynamic NTK's factor for a forward pass over ``length`` tokens.
+
+    .. math::
+
+        s(\ell) = \max(1, \ell / L)
+
+    the factor grows with the current length :math:`\ell` and needs no target
+    factor (emozilla 2023; Peng et al. 2023, section 3.3). In one forward pass over
+    a window of :math:`T` tokens every token uses :math:`s(T)`: this is how a
+    prompt is processed; during token-by-token generation the factor grows as the
+    text does.
+
+    >>> [dynamic_ntk_scale(n, 32) for n in (16, 32, 64, 128, 256)]
+    [1.0, 1.0, 2.0, 4.0, 8.0]
+    """
+    if length < 1 or train_length < 1:
+        fail("dynamic_ntk_scale", f"lengths must be positive, got {length} and "
+                                  f"{train_length}")
+    return max(1.0, length / train_length)
+
+
+def extension_factor(method: str, length: int, cfg: LMConfig) -> float:
+    """The factor ``s`` that ``method`` uses when it evaluates ``length`` tokens.
+
+    ``ntk`` (static): ``cfg.static_factor`` at every length; ``dynamic``:
+    :func:`dynamic_ntk_scale`; ``plain``: 1; the others: ``length / L``, the
+    target ratio (the factor their papers set for a target context).
+    """
+    if method == "ntk":
+        return cfg.static_factor
+    if method == "dynamic":
+        return dynamic_ntk_scale(length, cfg.train_length)
+    if method == "plain":
+        return 1.0
+    if method not in EXTENSION_METHODS:
+        fail("extension_factor", f"method must be one of "
+                                 f"{', '.join(EXTENSION_METHODS)} or 'plain', got "
+                                 f"{method!r}")
+    return length / cfg.train_length
+
+
+def extension_scaling(method: str, length: int, cfg: LMConfig) -> dict | None:
+    """``RotaryEmbedding`` scaling dict of ``method`` at evaluation length ``length``.
+
+    Static and dynamic NTK are both the library's ``"ntk"`` rule,
+    :math:`b' = b\\,s^{d/(d-2)}`, with the factor of :func:`extension_factor`: for a
+    window of fixed length, dynamic NTK *is* NTK at :math:`s = \\max(1, T/L)`. (The
+    library's ``"dynamic"`` method takes a target factor and applies Hugging Face's
+    rule :math:`s\\max(\\ell, L)/L - (s - 1)`; passing the target ratio :math:`T/L`
+    there, with :math:`\\ell = T`, gives :math:`(T/L)^2 - T/L + 1`, not :math:`T/L`.)
+    ``plain`` returns ``None`` (no rescaling).
+    """
+    s = extension_factor(method, length, cfg)
+    if method == "plain":
+        return None
+    if method in ("ntk", "dynamic"):
+        return {"method": "ntk", "factor": s}
+    if method == "linear":
+        return {"method": "linear", "factor": s}
+    return {"method": method, "factor": s, "original_max_position": cfg.train_length}
 
 
 @torch.no_grad()
-def perplexity(model: TinyTransformer, data: torch.Tensor, length: int,
-               *, stride: int | None = None) -> float:
-    """Perplexity of ``model`` on ``data`` with windows of ``length`` tokens.
+def nll_blocks(model: TinyTransformer, data: torch.Tensor, length: int,
+               *, stride: int | None = None, block: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed negative log-likelihood (nats) and token count per block of ``data``.
 
-    ``stride=None``: non-overlapping windows, every token scored once (early tokens
-    of each window see little context). ``stride=s``: windows of ``length`` tokens
-    move by ``s`` and score only their last ``s`` tokens (the first window scores
-    all), so each scored token sees at least ``length - s`` tokens of context.
-    Perplexity is ``exp`` of the mean NLL over scored tokens, so it is ``>= 1``.
+    ``stride=None``: non-overlapping windows of ``length`` tokens, every token of
+    each window scored once (early tokens of each window see little context; the
+    tail after the last whole window is not scored). ``stride=s``: windows of
+    ``length`` tokens move by ``s`` and score only their last ``s`` tokens, except
+    the first window, which scores all of its tokens; every other scored token sees
+    at least ``length - s`` tokens of context. A prediction is assigned to the block
+    ``i // block`` of its input position ``i`` (default: one block).
+
+    Returns ``(sums, counts)``, float64 tensors of shape ``(n_blocks,)``.
     """
     n = data.numel() - 1
     if length > n:
         fail("perplexity", f"length {length} exceeds the {n} evaluation tokens")
     if stride is not None and not 1 <= stride <= length:
         fail("perplexity", f"stride must lie in 1..{length}, got {stride}")
-    total, count = 0.0, 0
+    block = n if block is None else block
+    n_blocks = -(-n // block)
+    sums = torch.zeros(n_blocks, dtype=torch.float64)
+    counts = torch.zeros(n_blocks, dtype=torch.float64)
     step = length if stride is None else stride
-    starts = list(range(0, n - length + 1, step))
-    for b in range(0, len(starts), 16):
-        st = torch.tensor(starts[b:b + 16])
-        idx = st[:, None] + torch.arange(length + 1)
-        chunk = data[idx]
+    starts = torch.arange(0, n - length + 1, step)
+    per_batch = max(1, 8192 // length)
+    offsets = torch.arange(length)
+    for b in range(0, starts.numel(), per_batch):
+        st = starts[b:b + per_batch]
+        idx = st[:, None] + offsets  # (B, length): input positions
+        chunk = data[torch.cat((idx, idx[:, -1:] + 1), dim=1)]  # (B, length+1)
         logits = model(chunk[:, :-1])
         nll = F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:],
-                              reduction="none")  # (B, length)
-        if stride is None:
-            total += float(nll.sum())
-            count += nll.numel()
-        else:
-            for row, s0 in zip(nll, st.tolist(), strict=True):
-                keep = row if s0 == 0 else row[-stride:]
-                total += float(keep.sum())
-                count += keep.numel()
-    return math.exp(total / count)
+                              reduction="none").double()  # (B, length)
+        keep = torch.ones_like(nll, dtype=torch.bool)
+        if stride is not None:
+            keep = (offsets >= length - stride)[None, :] | (st == 0)[:, None]
+        blk = idx[keep] // block
+        sums.index_add_(0, blk, nll[keep])
+        counts.index_add_(0, blk, torch.ones_like(nll[keep]))
+    return sums, counts
 
 
-def log_interval(values: list[float]) -> dict:
-    """Mean and 95% interval of perplexities across seeds, on the log scale.
+def perplexity(model: TinyTransformer, data: torch.Tensor, length: int,
+               *, stride: int | None = None) -> float:
+    """Perplexity of ``model`` on ``data`` with windows of ``length`` tokens.
 
-    The t-interval of ``log(ppl)`` (a mean NLL), exponentiated: the geometric mean
-    with bounds that stay ``>= 1`` whenever every perplexity is ``>= 1``.
+    ``exp`` of the mean NLL over the tokens :func:`nll_blocks` scores, so ``>= 1``.
+    """
+    sums, counts = nll_blocks(model, data, length, stride=stride)
+    return math.exp(float(sums.sum() / counts.sum()))
+
+
+def log_interval(values: list[float], confidence: float = 0.95) -> dict:
+    """Geometric mean and t-interval of perplexities across seeds only.
+
+    The t-interval of ``log(ppl)`` (a mean NLL), exponentiated, lower bound clipped
+    at log-perplexity 0. This is the seed part of :func:`contrast` alone.
 
     >>> r = log_interval([2.0, 2.0, 2.0])
     >>> (round(r["mean"], 12), round(r["low"], 12), round(r["high"], 12))
@@ -245,11 +395,94 @@ def log_interval(values: list[float]) -> dict:
     """
     if not values or any(not math.isfinite(v) or v < 1 for v in values):
         fail("log_interval", f"values must be finite perplexities >= 1, got {values}")
-    # the log-perplexity (a mean NLL) is >= 0: the t-interval of chapter 10's
-    # ``mean_ci``, bounded below at 0 on the log scale (ppl >= 1)
-    mu, low, high = mean_ci([math.log(v) for v in values], bounds=(0.0, math.inf))
-    return {"mean": math.exp(mu), "low": math.exp(low), "high": math.exp(high),
-            "n": len(values)}
+    logs = [math.log(v) for v in values]
+    n = len(logs)
+    mu = sum(logs) / n
+    half = 0.0
+    if n > 1:
+        sd = math.sqrt(sum((x - mu) ** 2 for x in logs) / (n - 1))
+        half = t_quantile((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
+    return {"mean": math.exp(mu), "low": math.exp(max(0.0, mu - half)),
+            "high": math.exp(mu + half), "n": n}
+
+
+def _bootstrap_weights(n_blocks: int, replicates: int, seed: int) -> torch.Tensor:
+    """``(replicates, n_blocks)``: how often each block is drawn in each resample."""
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, n_blocks, (replicates, n_blocks), generator=gen)
+    w = torch.zeros(replicates, n_blocks, dtype=torch.float64)
+    return w.scatter_add_(1, idx, torch.ones_like(w))
+
+
+def contrast(a: dict, b: dict | None = None, *, paired: bool = False,
+             replicates: int = 2000, seed: int = 0, confidence: float = 0.95) -> dict:
+    r"""Perplexity of cell ``a`` (or the ratio ``a / b``) with its interval.
+
+    A cell holds, per seed, the NLL summed per text block (``"blocks"``) and the
+    tokens per block (``"counts"``). Per seed :math:`k` the log-perplexity is
+    :math:`\ell_k = \sum_j A_{kj} / \sum_j c_j`; the estimate is
+    :math:`\bar\ell` (for a ratio, :math:`\bar\ell_a - \bar\ell_b`).
+
+    * Seeds: :math:`V_s = s^2/n` of the per-seed values (``paired=True``: of the
+      per-seed differences, for two cells measured on the same models, e.g. one
+      model at two lengths); unpaired, :math:`s_a^2/n_a + s_b^2/n_b`.
+    * Text: :math:`V_t`, the variance over ``replicates`` bootstrap resamples of the
+      blocks (with replacement, the same resample for both cells and every seed) of
+      the seed-averaged estimate.
+    * Interval: :math:`\hat\ell \pm t_{(1+c)/2,\nu}\sqrt{V_s + V_t}`, with
+      Welch-Satterthwaite degrees of freedom :math:`\nu` (the text part counts as
+      known, so :math:`\nu \ge n - 1`), exponentiated.
+
+    Blocks that no cell scored (count 0) are left out of the resample. Returns
+    ``{"ratio", "low", "high", "sd_seed", "se_text", "df"}`` (``ratio`` is the
+    perplexity itself when ``b`` is None; ``sd_seed`` and ``se_text`` on the log
+    scale).
+    """
+    def arrays(cell):
+        blocks = torch.tensor(cell["blocks"], dtype=torch.float64)  # (seeds, n)
+        counts = torch.tensor(cell["counts"], dtype=torch.float64)  # (n,)
+        return blocks, counts
+
+    A, cA = arrays(a)
+    if b is None:
+        B, cB = torch.zeros_like(A[:1]), torch.ones_like(cA)
+    else:
+        B, cB = arrays(b)
+        if B.shape[1] != A.shape[1]:
+            fail("contrast", "the two cells must use the same text blocks")
+        if paired and B.shape[0] != A.shape[0]:
+            fail("contrast", "paired cells need the same seeds")
+    used = (cA > 0) & (cB > 0)
+    A, B, cA, cB = A[:, used], B[:, used], cA[used], cB[used]
+    la, lb = A.sum(1) / cA.sum(), B.sum(1) / cB.sum()  # (seeds,)
+    est = float(la.mean() - lb.mean())
+
+    def var(x):
+        return float(x.var()) if x.numel() > 1 else 0.0
+
+    parts = []  # (variance of the mean, degrees of freedom)
+    if b is not None and paired:
+        parts.append((var(la - lb) / la.numel(), la.numel() - 1))
+    else:
+        parts.append((var(la) / la.numel(), la.numel() - 1))
+        if b is not None:
+            parts.append((var(lb) / lb.numel(), lb.numel() - 1))
+    w = _bootstrap_weights(A.shape[1], replicates, seed)
+    rep = (w @ A.mean(0)) / (w @ cA) - (
+        0.0 if b is None else (w @ B.mean(0)) / (w @ cB))  # (replicates,)
+    v_text = float(rep.var())
+    v_seed = sum(v for v, _ in parts)
+    total = v_seed + v_text
+    denom = sum(v * v / df for v, df in parts if df > 0 and v > 0)
+    df = total * total / denom if denom > 0 else math.inf
+    df_int = 10_000 if df > 10_000 else max(1, math.floor(df))
+    half = t_quantile((1 + confidence) / 2, df_int) * math.sqrt(total)
+    low = est - half
+    if b is None:
+        low = max(0.0, low)  # a log-perplexity is >= 0
+    return {"ratio": math.exp(est), "low": math.exp(low), "high": math.exp(est + half),
+            "sd_seed": math.sqrt(v_seed * la.numel()), "se_text": math.sqrt(v_text),
+            "df": df}
 
 
 def code_hash() -> str:
@@ -275,8 +508,18 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
-def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
-    """Run every method and seed; return the JSON-ready record."""
+def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print,
+                      checkpoint: Path | None = None) -> dict:
+    """Run every method and seed; return the JSON-ready record.
+
+    Layout: ``perplexity[kind][method][T]`` (``kind`` ``"nonoverlap"`` or
+    ``"sliding"``), ``extension[kind]["no_fine_tune" | "fine_tune"][method][T]``,
+    ``reference[kind][method][T]`` (models trained at ``reference_multiplier * L``),
+    and ``factors[method][T]``, the factor each extension method used at ``T``. A
+    cell holds the per-seed perplexities (``values``), the per-seed NLL sums per text
+    block (``blocks``), the tokens per block (``counts``) and its interval
+    (``mean``, ``low``, ``high``: :func:`contrast` of the cell alone).
+    """
     import os
     import platform
     import resource
@@ -285,12 +528,41 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     _, digest, (train_text, val_text) = load_corpus()
     train_data, val_data = encode(train_text), encode(val_text)
-    val_data = val_data[: cfg.eval_tokens + 1]
+    if cfg.eval_tokens is not None:
+        val_data = val_data[: cfg.eval_tokens + 1]
     L = cfg.train_length
     lengths = [m * L for m in cfg.multipliers]
-    raw: dict = {"nonoverlap": {}, "sliding": {}}
-    ext_raw: dict = {"no_fine_tune": {}, "fine_tune": {}}
-    train_time = {}
+    block = cfg.block_tokens or max(lengths)
+    kinds = (("nonoverlap", None), ("sliding", L))
+    raw: dict = {k: {} for k, _ in kinds}
+    ext_raw: dict = {k: {"no_fine_tune": {}, "fine_tune": {}} for k, _ in kinds}
+    ref_raw: dict = {k: {} for k, _ in kinds}
+    factors: dict = {}
+    phase = {"train": 0.0, "evaluate": 0.0, "fine_tune": 0.0, "reference": 0.0}
+    train_time: dict = {}
+
+    def clock(name, t0):
+        phase[name] += time.process_time() - t0
+
+    def score(model, store, name, T, sliding):
+        t0 = time.process_time()
+        for kind, stride in kinds:
+            if stride is not None and not sliding:
+                continue
+            sums, counts = nll_blocks(model, val_data, T, stride=stride, block=block)
+            cell = store[kind].setdefault(name, {}).setdefault(
+                str(T), {"blocks": [], "counts": [round(float(c)) for c in counts]})
+            cell["blocks"].append([round(float(x), 4) for x in sums])
+        clock("evaluate", t0)
+
+    def done(what):
+        log(f"[{time.perf_counter() - wall0:7.1f} s] {what}")
+        if checkpoint is not None:  # the raw numbers so far, in case the run dies
+            import json
+            Path(checkpoint).write_text(json.dumps(
+                {"perplexity": raw, "extension": ext_raw, "reference": ref_raw,
+                 "factors": factors}))
+
     for method in cfg.methods:
         if method == "rope+yarn":
             continue  # evaluated from the trained RoPE models below
@@ -298,43 +570,72 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
             c0 = time.process_time()
             model, losses = train_lm(method, seed, cfg, train_data)
             train_time[f"{method}/{seed}"] = time.process_time() - c0
-            evals = [(method, None)]
+            clock("train", c0)
+            slide = {m * L for m in cfg.sliding_multipliers}
+            for T in lengths:
+                score(model, raw, method, T, T in slide)
             if method == "rope" and "rope+yarn" in cfg.methods:
-                evals.append(("rope+yarn", "yarn"))
-            for name, ext in evals:
                 for T in lengths:
-                    if ext is not None:
-                        rope_extension(model, None if T == L else
-                                       _scaling(ext, T / L, L, T))
-                    for kind, stride in (("nonoverlap", None), ("sliding", L)):
-                        ppl = perplexity(model, val_data, T, stride=stride)
-                        per = raw[kind].setdefault(name, {})
-                        per.setdefault(str(T), []).append(ppl)
-                if ext is not None:
+                    rope_extension(model, None if T == L else
+                                   extension_scaling("yarn", T, cfg))
+                    score(model, raw, "rope+yarn", T, T in slide)
+                rope_extension(model, None)
+            done(f"{method} seed {seed}: final train loss {losses[-1]:.3f}")
+            if method != "rope":
+                continue
+            state = {k: v.clone() for k, v in model.state_dict().items()}
+            for ext in EXTENSION_METHODS:
+                for mult in cfg.extension_multipliers:
+                    T = mult * L
+                    factors.setdefault(ext, {})[str(T)] = extension_factor(ext, T, cfg)
+                    rope_extension(model, extension_scaling(ext, T, cfg))
+                    score(model, {k: v["no_fine_tune"] for k, v in ext_raw.items()},
+                          ext, T, mult in cfg.extension_sliding_multipliers)
+                rope_extension(model, None)
+            done(f"rope seed {seed}: extensions at inference")
+            ft_cfg = replace(cfg, batch_size=cfg.fine_tune_batch_size,
+                             reference_methods=())
+            for ext in cfg.fine_tune_methods:
+                for mult in cfg.fine_tune_multipliers:
+                    T = mult * L
+                    factors.setdefault(f"{ext}, fine-tuned", {})[str(T)] = (
+                        extension_factor(ext, T, cfg))
+                    rope_extension(model, extension_scaling(ext, T, cfg))
+                    t0 = time.process_time()
+                    train_lm("rope", seed, ft_cfg, train_data, model=model, length=T,
+                             steps=cfg.fine_tune_steps, lr=cfg.fine_tune_lr)
+                    clock("fine_tune", t0)
+                    score(model, {k: v["fine_tune"] for k, v in ext_raw.items()},
+                          ext, T, mult in cfg.extension_sliding_multipliers)
+                    model.load_state_dict(state)
                     rope_extension(model, None)
-            log(f"{method} seed {seed}: final train loss {losses[-1]:.3f}")
-            if method == "rope":
-                state = {k: v.clone() for k, v in model.state_dict().items()}
-                for ext in EXTENSION_METHODS:
-                    for mult in cfg.extension_multipliers:
-                        T = mult * L
-                        rope_extension(model, _scaling(ext, mult, L, T))
-                        ppl = perplexity(model, val_data, T)
-                        ext_raw["no_fine_tune"].setdefault(ext, {}).setdefault(
-                            str(T), []).append(ppl)
-                        if ext in FINE_TUNED:
-                            train_lm("rope", seed, cfg, train_data, model=model,
-                                     length=T, steps=cfg.fine_tune_steps,
-                                     lr=cfg.fine_tune_lr)
-                            ppl = perplexity(model, val_data, T)
-                            ext_raw["fine_tune"].setdefault(ext, {}).setdefault(
-                                str(T), []).append(ppl)
-                            model.load_state_dict(state)
-                        rope_extension(model, None)
+                done(f"rope seed {seed}: fine-tuned {ext}")
+    R = cfg.reference_multiplier
+    ref_cfg = replace(cfg, train_length=R * L, batch_size=cfg.batch_size // R,
+                      reference_methods=())
+    for method in cfg.reference_methods:
+        for seed in cfg.seeds:
+            c0 = time.process_time()
+            model, losses = train_lm(method, seed, ref_cfg, train_data)
+            clock("reference", c0)
+            for T in lengths:
+                score(model, ref_raw, method, T, False)
+            done(f"reference {method} at {R * L}, seed {seed}: final train loss "
+                 f"{losses[-1]:.3f}")
 
     def summarise(d):
-        return {m: {T: {"values": v, **log_interval(v)} for T, v in per.items()}
-                for m, per in d.items()}
+        out = {}
+        for m, per in d.items():
+            out[m] = {}
+            for T, cell in per.items():
+                c = contrast(cell, replicates=cfg.bootstrap, seed=cfg.bootstrap_seed)
+                values = [math.exp(sum(row) / sum(cell["counts"]))
+                          for row in cell["blocks"]]
+                out[m][T] = {"values": values, "mean": c["ratio"], "low": c["low"],
+                             "high": c["high"], "n": len(values),
+                             "sd_seed": c["sd_seed"], "se_text": c["se_text"],
+                             **cell}
+        return out
 
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = time.process_time() - cpu0
@@ -350,10 +651,20 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
         "settings": {k: (list(v) if isinstance(v, tuple) else v)
                      for k, v in asdict(cfg).items()},
         "sliding_stride": L,
-        "interval": "95% Student-t interval of log-perplexity over seeds, "
-                    "exponentiated (lower bound clipped at log-ppl 0)",
+        "block_tokens": block,
+        "static_ntk_factor": cfg.static_factor,
+        "reference_length": R * L,
+        "interval": (
+            "95% interval of the log-perplexity, exponentiated: seed variance "
+            "(Student t over seeds) plus text-sampling variance (bootstrap over "
+            f"blocks of {block} validation tokens, {cfg.bootstrap} resamples), "
+            "Welch-Satterthwaite degrees of freedom; lower bound clipped at "
+            "log-perplexity 0"),
+        "factors": factors,
         "perplexity": {k: summarise(v) for k, v in raw.items()},
-        "extension": {k: summarise(v) for k, v in ext_raw.items()},
+        "extension": {k: {f: summarise(v) for f, v in per.items()}
+                      for k, per in ext_raw.items()},
+        "reference": {k: summarise(v) for k, v in ref_raw.items()},
         "timing": {
             "cpu_seconds": cpu,
             "user_seconds": ru1.ru_utime - ru0.ru_utime,
@@ -361,6 +672,7 @@ def run_lm_experiment(cfg: LMConfig = LMConfig(), *, log=print) -> dict:
             "wall_seconds": time.perf_counter() - wall0,
             "torch_threads": torch.get_num_threads(),
             "load_average": list(os.getloadavg()),
+            "cpu_seconds_by_phase": phase,
             "train_cpu_seconds": train_time,
         },
     }
@@ -395,8 +707,11 @@ def lm_main(argv=None) -> int:
         print(f"course lab --lm: {exc}")
         return 2
     out = args.out or RESULTS_PATH
-    record = run_lm_experiment(cfg)
+    record = run_lm_experiment(cfg, log=lambda msg: print(msg, flush=True),
+                               checkpoint=out.with_suffix(".partial.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}; CPU {record['timing']['cpu_seconds']:.0f} s")
+    out.with_suffix(".partial.json").unlink(missing_ok=True)
+    t = record["timing"]
+    print(f"wrote {out}; wall {t['wall_seconds']:.0f} s, CPU {t['cpu_seconds']:.0f} s")
     return 0

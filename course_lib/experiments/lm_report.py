@@ -1,0 +1,234 @@
+"""Tables and computed statements of chapter 12, read from the stored LM record.
+
+Every number and every verdict that chapter 12 states comes from here, computed from
+``course_lib/data/lm_extrapolation.json`` when the page is built, so a re-run of
+``course lab --lm`` cannot leave the text stale. A comparison is a ratio of
+perplexities with the interval of :func:`course_lib.experiments.lm.contrast` (seeds
+and text sampling); its verdict is ``"lower"`` or ``"higher"`` only when the whole
+interval lies below or above 1, and ``"not separated"`` otherwise. Two cells are
+compared on the text blocks both of them scored (with non-overlapping windows the
+last, short block may hold no whole window at long lengths), so a ratio can differ
+slightly from the ratio of the two cells' perplexities in the tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from course_lib.experiments.lm import contrast
+
+__all__ = [
+    "LABEL",
+    "Comparison",
+    "cell",
+    "compare",
+    "verdict",
+    "fmt_cell",
+    "perplexity_table",
+    "extension_table",
+    "reference_table",
+    "comparisons",
+    "comparison_table",
+]
+
+LABEL: dict[str, str] = {
+    "none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned abs.",
+    "rope": "RoPE", "rope+yarn": "RoPE + YaRN", "t5": "T5 bias", "alibi": "ALiBi",
+    "linear": "position interpolation (PI)", "ntk": "static NTK",
+    "dynamic": "dynamic NTK", "yarn": "YaRN", "llama3": "Llama 3.1 bands",
+    "plain": "plain RoPE (control)",
+}
+"""Display names of the methods and extension methods."""
+
+
+def cell(record: dict, section: str, kind: str, method: str, length: int,
+         stage: str | None = None) -> dict:
+    """One stored cell: ``section`` is ``"perplexity"``, ``"extension"`` (with
+    ``stage`` ``"no_fine_tune"`` or ``"fine_tune"``) or ``"reference"``."""
+    d = record[section][kind]
+    if stage is not None:
+        d = d[stage]
+    return d[method][str(length)]
+
+
+def verdict(c: dict) -> str:
+    """``"lower"`` if the ratio's interval lies below 1, ``"higher"`` above, else
+    ``"not separated"``."""
+    if c["high"] < 1:
+        return "lower"
+    if c["low"] > 1:
+        return "higher"
+    return "not separated"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A ratio ``a / b`` of two cells' perplexities, its interval and verdict."""
+
+    key: str
+    text: str
+    ratio: float
+    low: float
+    high: float
+    verdict: str
+    paired: bool
+
+
+def compare(record: dict, key: str, text: str, a: dict, b: dict, *,
+            paired: bool) -> Comparison:
+    """:func:`~course_lib.experiments.lm.contrast` of two cells, as a Comparison.
+
+    ``paired=True`` for two measurements of the same trained models (one model at two
+    lengths, or two treatments of one RoPE model per seed).
+    """
+    boot = record["settings"]
+    c = contrast(a, b, paired=paired, replicates=boot["bootstrap"],
+                 seed=boot["bootstrap_seed"])
+    return Comparison(key, text, c["ratio"], c["low"], c["high"], verdict(c), paired)
+
+
+def fmt_cell(c: dict) -> str:
+    """``mean [low, high]`` with two decimals."""
+    return f"{c['mean']:.2f} [{c['low']:.2f}, {c['high']:.2f}]"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def perplexity_table(record: dict, kind: str) -> str:
+    """Markdown table of the main models: one row per method, one column per length."""
+    per_method = record["perplexity"][kind]
+    lengths = sorted({int(T) for per in per_method.values() for T in per})
+    rows = [[LABEL[m]] + [fmt_cell(per[str(T)]) for T in lengths]
+            for m, per in per_method.items()]
+    return _table(["method"] + [f"T = {T}" for T in lengths], rows)
+
+
+def extension_table(record: dict, kind: str) -> str:
+    """Markdown table of the RoPE extensions at each length, with the factor ``s``
+    each method used there (``factors`` in the record)."""
+    L = record["settings"]["train_length"]
+    ext = record["extension"][kind]
+    lengths = sorted({int(T) for per in ext["no_fine_tune"].values() for T in per})
+    plain = record["perplexity"][kind]["rope"]
+    rows = [["plain RoPE (trained at L), s = 1"] + [
+        fmt_cell(plain[str(T)]) if str(T) in plain else "not run" for T in lengths]]
+    for stage, tag in (("no_fine_tune", "no fine-tune"), ("fine_tune", "fine-tuned")):
+        for m, per in ext[stage].items():
+            fac = record["factors"][m if stage == "no_fine_tune"
+                                    else f"{m}, fine-tuned"]
+            rows.append([f"{LABEL[m]}, {tag}"] + [
+                f"{fmt_cell(per[str(T)])}, s = {fac[str(T)]:g}" if str(T) in per
+                else "not run" for T in lengths])
+    return _table(["method"] + [f"T = {T} ({T // L}L)" for T in lengths], rows)
+
+
+def reference_table(record: dict, kind: str) -> str:
+    """Markdown table of the reference models trained at ``reference_length``."""
+    ref = record["reference"][kind]
+    lengths = sorted({int(T) for per in ref.values() for T in per})
+    rows = [[f"{LABEL[m]}, trained at {record['reference_length']}"]
+            + [fmt_cell(per[str(T)]) for T in lengths] for m, per in ref.items()]
+    return _table(["model"] + [f"T = {T}" for T in lengths], rows)
+
+
+def comparisons(record: dict) -> dict[str, Comparison]:
+    """Every comparison chapter 12 states, by key.
+
+    Keys: ``rise/<kind>/<method>`` (the model at the longest length scored that
+    way over itself at ``L``), ``gain2/sliding/<method>`` (sliding window at ``2L``
+    over ``L``),
+    ``top/<a>/<b>`` and ``atL/<a>/<b>`` (two methods, non-overlapping windows),
+    ``ref/...`` (against the reference models), ``ext/<method>/<T>`` (an extension
+    at inference against plain RoPE at ``T``), ``ft/<method>/<T>`` (a fine-tuned
+    extension against the control fine-tuned the same steps),
+    ``ftL/<method>/<T>`` (fine-tuned at ``T`` against plain RoPE at ``L``),
+    ``ntk/<T>`` (static NTK against dynamic NTK).
+    """
+    s = record["settings"]
+    L = s["train_length"]
+    top = max(s["multipliers"]) * L
+    main = record["perplexity"]
+    out: dict[str, Comparison] = {}
+
+    def add(key, text, a, b, paired):
+        out[key] = compare(record, key, text, a, b, paired=paired)
+
+    for kind in ("nonoverlap", "sliding"):
+        for m, per in main[kind].items():
+            end = max(int(T) for T in per)
+            add(f"rise/{kind}/{m}", f"{LABEL[m]}: T = {end} over T = {L} ({kind})",
+                per[str(end)], per[str(L)], True)
+    for m, per in main["sliding"].items():
+        if str(2 * L) in per:
+            add(f"gain2/sliding/{m}", f"{LABEL[m]}: T = {2 * L} over T = {L} "
+                f"(sliding)", per[str(2 * L)], per[str(L)], True)
+    pairs = [("alibi", "t5"), ("alibi", "sinusoidal"), ("alibi", "rope"),
+             ("t5", "rope"), ("t5", "sinusoidal"), ("alibi", "learned"),
+             ("alibi", "none")]
+    for a, b in pairs:
+        if a in main["nonoverlap"] and b in main["nonoverlap"]:
+            add(f"top/{a}/{b}", f"{LABEL[a]} over {LABEL[b]} at T = {top}",
+                main["nonoverlap"][a][str(top)], main["nonoverlap"][b][str(top)],
+                False)
+    for a in main["nonoverlap"]:
+        if a != "rope" and "rope" in main["nonoverlap"] and a != "rope+yarn":
+            add(f"atL/{a}/rope", f"{LABEL[a]} over RoPE at T = {L}",
+                main["nonoverlap"][a][str(L)], main["nonoverlap"]["rope"][str(L)],
+                False)
+    if "alibi" in main["nonoverlap"] and "sinusoidal" in main["nonoverlap"]:
+        add("atL/alibi/sinusoidal", f"ALiBi over sinusoidal at T = {L}",
+            main["nonoverlap"]["alibi"][str(L)],
+            main["nonoverlap"]["sinusoidal"][str(L)], False)
+    R = record.get("reference_length")
+    ref = record.get("reference", {}).get("nonoverlap", {})
+    if R and ref:
+        for m in ref:
+            add(f"ref/{m}/own", f"{LABEL[m]} trained at {R} over {LABEL[m]} trained "
+                f"at {L}, both at T = {R}", ref[m][str(R)],
+                main["nonoverlap"][m][str(R)], False)
+            add(f"refL/{m}", f"{LABEL[m]} trained at {R}, at T = {R}, over "
+                f"{LABEL[m]} trained at {L}, at T = {L}", ref[m][str(R)],
+                main["nonoverlap"][m][str(L)], False)
+        if "sinusoidal" in ref and "alibi" in main["nonoverlap"]:
+            add("ref/alibi/sinusoidal", f"ALiBi trained at {L} over sinusoidal trained "
+                f"at {R}, both at T = {R}", main["nonoverlap"]["alibi"][str(R)],
+                ref["sinusoidal"][str(R)], False)
+        if "rope" in ref:
+            ext = record["extension"]["nonoverlap"]
+            for stage in ("no_fine_tune", "fine_tune"):
+                for m, per in ext[stage].items():
+                    if str(R) in per:
+                        tag = "" if stage == "no_fine_tune" else ", fine-tuned"
+                        add(f"ref/rope/{m}{tag}", f"{LABEL[m]}{tag} over RoPE trained "
+                            f"at {R}, at T = {R}", per[str(R)], ref["rope"][str(R)],
+                            False)
+    ext = record["extension"]["nonoverlap"]
+    for m, per in ext["no_fine_tune"].items():
+        for T in per:
+            add(f"ext/{m}/{T}", f"{LABEL[m]} over plain RoPE at T = {T}", per[T],
+                main["nonoverlap"]["rope"][T], True)
+    if "ntk" in ext["no_fine_tune"] and "dynamic" in ext["no_fine_tune"]:
+        for T, c in ext["no_fine_tune"]["ntk"].items():
+            add(f"ntk/{T}", f"static NTK over dynamic NTK at T = {T}", c,
+                ext["no_fine_tune"]["dynamic"][T], True)
+    ft = ext["fine_tune"]
+    for m, per in ft.items():
+        for T in per:
+            if m != "plain" and "plain" in ft:
+                add(f"ft/{m}/{T}", f"{LABEL[m]}, fine-tuned, over the control at "
+                    f"T = {T}", per[T], ft["plain"][T], True)
+            add(f"ftL/{m}/{T}", f"{LABEL[m]}, fine-tuned, at T = {T} over plain RoPE "
+                f"at T = {L}", per[T], main["nonoverlap"]["rope"][str(L)], True)
+    return out
+
+
+def comparison_table(comps: dict[str, Comparison], keys: list[str]) -> str:
+    """Markdown table of the comparisons ``keys``: ratio, interval, verdict."""
+    rows = [[comps[k].text, f"{comps[k].ratio:.3f}",
+             f"[{comps[k].low:.3f}, {comps[k].high:.3f}]", comps[k].verdict]
+            for k in keys if k in comps]
+    return _table(["perplexity ratio", "ratio", "95 % interval", "verdict"], rows)
