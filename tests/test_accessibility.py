@@ -151,21 +151,7 @@ def _says_something(text: str | None) -> bool:
     return len(re.findall(r"[A-Za-z]{2,}", text)) >= 3
 
 
-# A figure without a caption or alt text in its chapter (the chapter's owner adds a
-# `mystnb: figure: caption` or `mystnb: image: alt`); strict, so that it is noticed
-# once fixed.
-_NO_ALT_YET: dict[str, str] = {}
-
-
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(reason=_NO_ALT_YET[p], strict=True))
-        if p in _NO_ALT_YET
-        else p
-        for p in book_pages()
-    ],
-)
+@pytest.mark.parametrize("page", book_pages())
 def test_every_figure_says_what_it_shows(page: str, book_url: str) -> None:
     with urllib.request.urlopen(f"{book_url}/{page}.html", timeout=60) as response:
         parser = _Figures()
