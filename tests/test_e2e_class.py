@@ -114,14 +114,12 @@ def _build_class(course_root: Path, inbox: Path) -> dict[str, dict]:
             nb(bias_src=bias.replace("return -alibi_slopes", "return alibi_slopes")),
             {"cells": SLOPES_OK, "message": "the bias is positive"},
         ),
-        # slopes 2^(-8h/n): right for 8 and 4 heads (public), wrong for 3, 12, ...
-        # (hidden); the bias built on them likewise
+        # slopes 2^(-8h/n): right for power-of-two head counts only; the public
+        # checks use 6 heads (and the bias one head over 20 positions), so the
+        # mistake is named there and every cell is lost
         "pow2_slopes": (
             nb(slopes_src=pow2),
-            {
-                "cells": {"alibi_slopes__public": 1, "alibi_bias__public": 1},
-                "message": "power of two",
-            },
+            {"cells": {}, "message": "power of two"},
         ),
         # the released notebook, untouched
         "stub": (student_notebook(release), {"cells": {}, "message": "still the stub"}),

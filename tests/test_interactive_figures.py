@@ -113,7 +113,8 @@ def test_defaults_are_the_chapters_static_figures() -> None:
 
 def test_alibi_data_follows_the_closed_form() -> None:
     """Power-of-two heads: m_h = 2^(-8h/n); 12 heads: exponents 1..8 then 0.5, 1.5,
-    2.5, 3.5 (the paper's rule)."""
+    2.5, 3.5 (the rule of the authors' code for a head count that is not a power of
+    two)."""
     data = interactive.figure_data("alibi")
     index = data["sliders"][0]["values"]
     cases = [(n, [8 * h / n for h in range(1, n + 1)]) for n in (1, 2, 4, 8, 16)]
