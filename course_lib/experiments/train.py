@@ -31,6 +31,8 @@ import math
 import multiprocessing
 import os
 import platform
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -43,28 +45,49 @@ import torch
 import torch.nn.functional as F
 
 from .._validate import fail, require_int, require_positive_int
+from ..rope import RotaryEmbedding
 from .model import CUSTOM, METHOD_LABELS, METHODS, ModelConfig, TinyTransformer
 from .tasks import TASKS
 
 __all__ = [
     "CANARY",
     "RESULTS_PATH",
+    "ROPE_EXTENSIONS",
     "LabConfig",
     "canary",
     "canary_matches",
+    "chance_level",
     "code_version",
     "evaluate",
+    "evaluate_sequences",
     "format_table",
+    "lab_interval",
     "load_results",
     "main",
+    "extrapolation_category",
     "mean_ci",
+    "order_pairs",
+    "rope_turning_pairs",
+    "row_index",
     "run_lab",
     "save_results",
+    "separated",
     "stored_results",
     "summarize",
+    "summarize_rope",
     "t_quantile",
+    "test_set",
     "train_run",
+    "trajectory",
 ]
+
+ROPE_EXTENSIONS: dict[str, dict[str, Any]] = {
+    "pi": {"method": "linear"},
+    "yarn": {"method": "yarn"},
+}
+"""Inference-only context extensions applied to every trained RoPE model at the
+lengths past ``L``: position interpolation (Chen et al. 2023) and YaRN (Peng et al.
+2023), with factor ``s = n / L`` (``course_lib.rope_scaling``)."""
 
 _ROOT = Path(__file__).resolve().parents[2]
 RESULTS_PATH = Path(__file__).resolve().parents[1] / "data" / "lab_results.json"
@@ -78,6 +101,7 @@ _SOURCES = (
     "attention.py",
     "sinusoidal.py",
     "rope.py",
+    "rope_scaling.py",
     "alibi.py",
     "relative.py",
     "transformer_xl.py",
@@ -108,6 +132,8 @@ class LabConfig:
         d_ff: feed-forward width.
         eval_sequences: test sequences per length.
         eval_seed: seed of the test sequences (shared by all runs).
+        rope_bases: extra RoPE runs with these bases (the main runs use the
+            library's default base 10000): every task and seed once per base.
     """
 
     tasks: tuple[str, ...] = ("ascending", "recall", "copy")
@@ -125,8 +151,9 @@ class LabConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 128
-    eval_sequences: int = 256
+    eval_sequences: int = 512
     eval_seed: int = 2024
+    rope_bases: tuple[float, ...] = (10.0, 100.0)
 
     def __post_init__(self) -> None:
         fn = "LabConfig"
@@ -143,6 +170,9 @@ class LabConfig:
             require_positive_int(fn, name, getattr(self, name))
         for m in self.multipliers:
             require_positive_int(fn, "multipliers", m)
+        for b in self.rope_bases:
+            if not isinstance(b, (int, float)) or not b > 1:
+                fail(fn, f"rope_bases must be numbers above 1, got {b!r}")
         if self.train_length % 2 or self.train_length < 4:
             fail(fn, f"train_length must be even and at least 4, got "
                      f"{self.train_length}")
@@ -184,7 +214,80 @@ def _schedule(step: int, steps: int, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
+def test_set(task: str, length: int, *, n_sequences: int, seed: int,
+             chunk: int = 128) -> list[Any]:
+    """The test batches of ``task`` at ``length``: the same for every model.
+
+    The generator is seeded with ``seed * 1_000_003 + length``, so each length has its
+    own sequences and every method and seed is scored on the same ones (a paired
+    comparison).
+
+    Returns:
+        list of :class:`~.tasks.Batch` of at most ``chunk`` sequences each,
+        ``n_sequences`` in all.
+    """
+    t = TASKS[task]
+    g = torch.Generator().manual_seed(seed * 1_000_003 + length)
+    return [t.sample(min(chunk, n_sequences - start), length, generator=g)
+            for start in range(0, n_sequences, chunk)]
+
+
+def chance_level(task: str, length: int, *, n_sequences: int, seed: int
+                 ) -> dict[str, Any]:
+    """What a model that ignores its input scores on this test set.
+
+    The best *constant* answer: the class that is most often the target of a scored
+    position, and the fraction of scored positions it gets right,
+
+    .. math::
+
+        \\mathrm{chance} = \\max_c \\frac{\\#\\{\\text{scored positions with
+        target } c\\}}{\\#\\{\\text{scored positions}\\}}
+
+    (a uniform guess scores ``1 / n_classes`` on average, never more than this).
+
+    Returns:
+        ``{"chance": float, "constant": class, "uniform": 1/n_classes,
+        "scored": [scored positions per sequence]}``.
+    """
+    t = TASKS[task]
+    counts = torch.zeros(t.n_classes, dtype=torch.long)
+    scored: list[int] = []
+    for b in test_set(task, length, n_sequences=n_sequences, seed=seed):
+        counts += torch.bincount(b.targets[b.eval_mask], minlength=t.n_classes)
+        scored += b.eval_mask.sum(dim=1).tolist()
+    best = int(counts.argmax())
+    return {"chance": float(counts[best]) / max(sum(scored), 1), "constant": best,
+            "uniform": 1 / t.n_classes, "scored": scored}
+
+
 @torch.no_grad()
+def evaluate_sequences(
+    model: TinyTransformer,
+    task: str,
+    length: int,
+    *,
+    n_sequences: int,
+    seed: int,
+    chunk: int = 128,
+) -> tuple[list[int], list[int]]:
+    """Right and scored positions of every test sequence (see :func:`test_set`).
+
+    Returns:
+        ``(right, scored)``: two lists of ``n_sequences`` integers.
+    """
+    was_training = model.training
+    model.eval()
+    right: list[int] = []
+    scored: list[int] = []
+    for b in test_set(task, length, n_sequences=n_sequences, seed=seed, chunk=chunk):
+        pred = model(b.tokens).argmax(dim=-1)  # (B, S)
+        right += ((pred == b.targets) & b.eval_mask).sum(dim=1).tolist()  # (B,)
+        scored += b.eval_mask.sum(dim=1).tolist()
+    model.train(was_training)
+    return right, scored
+
+
 def evaluate(
     model: TinyTransformer,
     task: str,
@@ -213,18 +316,24 @@ def evaluate(
     Returns:
         accuracy in ``[0, 1]``.
     """
-    t = TASKS[task]
-    g = torch.Generator().manual_seed(seed * 1_000_003 + length)
-    was_training = model.training
-    model.eval()
-    right = total = 0
-    for start in range(0, n_sequences, chunk):
-        b = t.sample(min(chunk, n_sequences - start), length, generator=g)
-        pred = model(b.tokens).argmax(dim=-1)  # (B, S)
-        right += int((pred == b.targets)[b.eval_mask].sum())
-        total += int(b.eval_mask.sum())
-    model.train(was_training)
-    return right / max(total, 1)
+    right, scored = evaluate_sequences(model, task, length, n_sequences=n_sequences,
+                                       seed=seed, chunk=chunk)
+    return sum(right) / max(sum(scored), 1)
+
+
+def rope_turning_pairs(head_dim: int, length: int, *, base: float = 10000.0) -> int:
+    """How many RoPE pairs complete at least one full turn within ``length`` tokens.
+
+    Pair ``i`` turns by ``theta_i = base^(-2i/d)`` per position; over positions
+    ``0 .. length-1`` it reaches the angle ``(length - 1) theta_i``, a full turn when
+    that is at least ``2 pi``. The other pairs show the model only an arc of their
+    circle in training, and longer inputs bring angles it never saw.
+
+    >>> rope_turning_pairs(16, 16)  # the lab: base 10000, head_dim 16, L = 16
+    1
+    """
+    freqs = [base ** (-2 * i / head_dim) for i in range(head_dim // 2)]
+    return sum((length - 1) * f >= 2 * math.pi for f in freqs)
 
 
 def train_run(
@@ -234,6 +343,7 @@ def train_run(
     config: LabConfig | None = None,
     *,
     bias_fn: Callable[[int, int], torch.Tensor] | None = None,
+    rope_base: float | None = None,
 ) -> dict[str, Any]:
     """Train one model at ``config.train_length`` and score it at every length.
 
@@ -244,10 +354,17 @@ def train_run(
         config: settings (default :class:`LabConfig`).
         bias_fn: the attention bias of ``method="custom"`` (see
             :class:`~.model.TinyTransformer`).
+        rope_base: only with ``method="rope"``: the rotary base (default: the
+            library's 10000). The rotary module has no weights, so the initial
+            weights are those of the default base.
 
     Returns:
         dict with ``task``, ``method``, ``seed``, ``accuracy`` (``{length: acc}``,
-        lengths as strings for JSON), ``final_loss`` (mean training loss of the last
+        lengths as strings for JSON), ``right`` (``{length: [right positions of
+        every test sequence]}``), for RoPE ``rope_base`` and ``extended``
+        (``{"pi"|"yarn": {"accuracy": ..., "right": ...}}`` at the lengths past
+        ``L``, the same trained model run with :data:`ROPE_EXTENSIONS`),
+        ``final_loss`` (mean training loss of the last
         10 % of the steps), ``loss_curve`` (mean loss of consecutive blocks of steps),
         ``train_seconds``, ``eval_seconds`` (wall clock), ``cpu_seconds`` (CPU time
         of this process: the cost of the run whatever else the machine is doing) and
@@ -260,12 +377,21 @@ def train_run(
         fail("train_run", f"method must be one of {', '.join(METHODS)} or "
                           f"{CUSTOM!r}, got {method!r}")
     seed = require_int("train_run", "seed", seed, minimum=0)
+    if rope_base is not None and (method != "rope" or not rope_base > 1):
+        fail("train_run", f"rope_base must be a number above 1 and only given with "
+                          f"method='rope', got rope_base={rope_base!r} for "
+                          f"method={method!r}")
     t = TASKS[task]
     start = time.perf_counter()
     cpu_start = time.process_time()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = TinyTransformer(cfg.model_config(task, method), bias_fn=bias_fn)
+    head_dim = cfg.d_model // cfg.n_heads
+    if method == "rope":
+        base = 10000.0 if rope_base is None else float(rope_base)
+        model.shared["rope"] = RotaryEmbedding(head_dim, base=base,
+                                               max_seq_len=cfg.train_length)
     data = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr,
                             weight_decay=cfg.weight_decay, foreach=True)
@@ -285,11 +411,35 @@ def train_run(
         sched.step()
         losses[step] = loss.detach()
     train_seconds = time.perf_counter() - start
-    accuracy = {
-        str(n): evaluate(model, task, n, n_sequences=cfg.eval_sequences,
-                         seed=cfg.eval_seed)
-        for n in cfg.lengths
-    }
+    right: dict[str, list[int]] = {}
+    accuracy: dict[str, float] = {}
+    for n in cfg.lengths:
+        r, scored = evaluate_sequences(model, task, n, n_sequences=cfg.eval_sequences,
+                                       seed=cfg.eval_seed)
+        right[str(n)], accuracy[str(n)] = r, sum(r) / max(sum(scored), 1)
+    extra: dict[str, Any] = {}
+    if method == "rope":
+        extra["rope_base"] = base
+        plain = model.shared["rope"]
+        extended: dict[str, Any] = {}
+        for name, scaling in ROPE_EXTENSIONS.items():
+            acc_ext: dict[str, float] = {}
+            right_ext: dict[str, list[int]] = {}
+            for n in cfg.lengths:
+                if n <= cfg.train_length:
+                    continue
+                model.shared["rope"] = RotaryEmbedding(
+                    head_dim, base=base, max_seq_len=n,
+                    scaling={**scaling, "factor": n / cfg.train_length,
+                             "original_max_position": cfg.train_length},
+                )
+                r, scored = evaluate_sequences(
+                    model, task, n, n_sequences=cfg.eval_sequences,
+                    seed=cfg.eval_seed)
+                right_ext[str(n)], acc_ext[str(n)] = r, sum(r) / max(sum(scored), 1)
+            extended[name] = {"accuracy": acc_ext, "right": right_ext}
+        model.shared["rope"] = plain
+        extra["extended"] = extended
     block = max(1, cfg.steps // 20)
     curve = losses[: cfg.steps // block * block].view(-1, block).mean(dim=1)
     tail = max(1, cfg.steps // 10)
@@ -298,6 +448,8 @@ def train_run(
         "method": method,
         "seed": seed,
         "accuracy": accuracy,
+        "right": right,
+        **extra,
         "final_loss": float(losses[-tail:].mean()),
         "loss_curve": [round(float(x), 5) for x in curve],
         "train_seconds": round(train_seconds, 3),
@@ -402,29 +554,213 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95, *,
     return mean, low, high
 
 
-def summarize(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Group runs by (task, method, length): mean accuracy and 95 % CI over seeds.
+def lab_interval(
+    rights: Sequence[Sequence[int]],
+    scored: Sequence[int],
+    confidence: float = 0.95,
+    *,
+    n_boot: int = 2000,
+    boot_seed: int = 0,
+) -> dict[str, float]:
+    """Mean accuracy over seeds and a confidence interval with both noise sources.
+
+    Every seed ``i`` is scored on the same ``N`` test sequences; ``rights[i][j]`` is
+    the number of positions of sequence ``j`` it got right and ``scored[j]`` the
+    number scored, so its accuracy is ``a_i = sum_j rights[i][j] / sum_j scored[j]``.
+    The mean ``a = mean_i a_i`` varies with the seeds (weights, training data) *and*
+    with the test sequences drawn. Two half-widths, one per source:
+
+    * seeds: ``t_{(1+c)/2, n-1} s / sqrt(n)``, ``s`` the standard deviation of the
+      ``a_i`` (0 with one seed);
+    * test sequences: ``z_{(1+c)/2}`` times the standard deviation of ``a`` over
+      ``n_boot`` bootstrap resamples of the sequences, the same resample for every
+      seed (the test set is shared, so its error is common to all seeds);
+
+    combined as ``sqrt(h_seed^2 + h_test^2)``, the half-width of a sum of the two
+    independent errors, and intersected with ``[0, 1]`` (see :func:`mean_ci`). A model
+    that gives the same answer with every seed still gets an interval from the test
+    sequences (with one test set and seeds alone, tied seeds gave a zero-width one).
+
+    Returns:
+        ``{"mean", "low", "high", "seed_half", "test_half"}``.
+
+    >>> out = lab_interval([[1, 0, 1, 1], [1, 1, 0, 1]], [1, 1, 1, 1])
+    >>> round(out["mean"], 3), out["seed_half"] == 0.0, out["test_half"] > 0
+    (0.75, True, True)
+    """
+    fn = "lab_interval"
+    if not 0 < confidence < 1:
+        fail(fn, f"confidence must be in (0, 1), got {confidence!r}")
+    r = torch.as_tensor([list(x) for x in rights], dtype=torch.float64)  # (n, N)
+    tot = torch.as_tensor(list(scored), dtype=torch.float64)  # (N,)
+    if r.ndim != 2 or r.shape[0] == 0 or r.shape[1] != tot.shape[0] or not len(tot):
+        fail(fn, f"rights must be seeds x sequences matching scored, got "
+                 f"{tuple(r.shape)} and {tuple(tot.shape)}")
+    if bool((r < 0).any()) or bool((r > tot).any()) or not float(tot.sum()) > 0:
+        fail(fn, "every right count must lie in 0..scored of its sequence")
+    acc = r.sum(dim=1) / tot.sum()  # (n,)
+    n = acc.shape[0]
+    mean = float(acc.mean())
+    seed_half = 0.0
+    if n > 1:
+        s = float(acc.std(unbiased=True))
+        seed_half = t_quantile((1 + confidence) / 2, n - 1) * s / math.sqrt(n)
+    g = torch.Generator().manual_seed(boot_seed)
+    idx = torch.randint(0, tot.shape[0], (n_boot, tot.shape[0]), generator=g)
+    boot = (r[:, idx].sum(dim=2) / tot[idx].sum(dim=1)).mean(dim=0)  # (n_boot,)
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    test_half = z * float(boot.std(unbiased=True))
+    half = math.hypot(seed_half, test_half)
+    return {"mean": mean, "low": max(0.0, mean - half), "high": min(1.0, mean + half),
+            "seed_half": seed_half, "test_half": test_half}
+
+
+def _rows(groups: dict[tuple[str, str, int], list[dict[str, Any]]],
+          test_sets: dict[str, Any] | None, order: Callable[[tuple], Any]
+          ) -> list[dict[str, Any]]:
+    rows = []
+    for key in sorted(groups, key=order):
+        task, label, length = key
+        runs = groups[key]
+        vals = [r["accuracy"][str(length)] for r in runs]
+        info = (test_sets or {}).get(task, {}).get(str(length))
+        row = {"task": task, "method": label, "length": length, "n": len(vals),
+               "values": vals}
+        if info is not None and all("right" in r for r in runs):
+            row.update(lab_interval([r["right"][str(length)] for r in runs],
+                                    info["scored"]))
+            row["chance"] = info["chance"]
+        else:  # results without per-sequence counts: seeds only
+            mean, low, high = mean_ci(vals, bounds=(0.0, 1.0))  # accuracies
+            row.update(mean=mean, low=low, high=high)
+        rows.append(row)
+    return rows
+
+
+def summarize(runs: Iterable[dict[str, Any]],
+              test_sets: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Group runs by (task, method, length): mean accuracy and 95 % interval.
+
+    Args:
+        runs: as returned by :func:`train_run`.
+        test_sets: ``results["meta"]["test_sets"]`` (scored positions per test
+            sequence and the chance level, by task and length); with it and the
+            runs' per-sequence counts the interval is :func:`lab_interval` (seeds and
+            test sequences), without it the seeds-only :func:`mean_ci`.
 
     Returns:
         rows ``{"task", "method", "length", "mean", "low", "high", "n", "values"}``
-        in task, method (as in ``METHODS``) and length order.
+        (plus ``"seed_half"``, ``"test_half"``, ``"chance"`` with ``test_sets``) in
+        task, method (as in ``METHODS``) and length order.
     """
-    groups: dict[tuple[str, str, int], list[float]] = {}
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in runs:
-        for length, acc in r["accuracy"].items():
-            groups.setdefault((r["task"], r["method"], int(length)), []).append(acc)
+        for length in r["accuracy"]:
+            groups.setdefault((r["task"], r["method"], int(length)), []).append(r)
     order = {m: i for i, m in enumerate(METHODS)}
     task_order = {t: i for i, t in enumerate(TASKS)}
-    rows = []
-    for (task, method, length), vals in sorted(
-        groups.items(),
-        key=lambda kv: (task_order.get(kv[0][0], 99), order[kv[0][1]], kv[0][2]),
-    ):
-        mean, low, high = mean_ci(vals, bounds=(0.0, 1.0))  # accuracies
-        rows.append({"task": task, "method": method, "length": length,
-                     "mean": mean, "low": low, "high": high, "n": len(vals),
-                     "values": vals})
-    return rows
+    return _rows(groups, test_sets,
+                 lambda k: (task_order.get(k[0], 99), order.get(k[1], 99), k[2]))
+
+
+def summarize_rope(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows like :func:`summarize` for the RoPE variants of the lab.
+
+    Variants (the ``"method"`` of a row): ``"base B"`` for the RoPE models trained with
+    base ``B`` (the main runs have base 10000), and ``"base B + pi"`` / ``"base B +
+    yarn"`` for the same trained models run past ``L`` with position interpolation or
+    YaRN (inference only).
+    """
+    runs = [r for r in results["runs"] if r["method"] == "rope"]
+    runs += results.get("rope_sweep", [])
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in runs:
+        base = f"base {r.get('rope_base', 10000.0):g}"
+        for length in r["accuracy"]:
+            groups.setdefault((r["task"], base, int(length)), []).append(r)
+        for name, ext in r.get("extended", {}).items():
+            pseudo = {"accuracy": ext["accuracy"], "right": ext["right"]}
+            for length in ext["accuracy"]:
+                groups.setdefault((r["task"], f"{base} + {name}", int(length)),
+                                  []).append(pseudo)
+    task_order = {t: i for i, t in enumerate(TASKS)}
+
+    def order(k: tuple) -> Any:
+        base, _, ext = k[1].partition(" + ")
+        return (task_order.get(k[0], 99), float(base.split()[1]), ext, k[2])
+
+    return _rows(groups, results.get("meta", {}).get("test_sets"), order)
+
+
+def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """The overlap rule of chapter 10: ``1`` if row ``a``'s interval lies wholly above
+    row ``b``'s, ``-1`` if wholly below, ``0`` if they overlap (not shown to differ).
+
+    >>> separated({"low": 0.8, "high": 0.9}, {"low": 0.5, "high": 0.79})
+    1
+    >>> separated({"low": 0.8, "high": 0.9}, {"low": 0.5, "high": 0.8})
+    0
+    """
+    if a["low"] > b["high"]:
+        return 1
+    if a["high"] < b["low"]:
+        return -1
+    return 0
+
+
+def row_index(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str, int],
+                                                     dict[str, Any]]:
+    """``{(task, method, length): row}`` of summary rows."""
+    return {(r["task"], r["method"], r["length"]): r for r in rows}
+
+
+def extrapolation_category(row: dict[str, Any], at_l: dict[str, Any],
+                           chance: float) -> str:
+    """Where a method stands at a longer length, by the overlap rule of chapter 10.
+
+    ``"undecided"``: the interval reaches down to the chance level *and* overlaps the
+    interval at the training length (it cannot tell the two apart); ``"chance"``: it
+    reaches the chance level and lies below the interval at ``L`` (not shown above
+    chance); ``"kept"``: it overlaps the interval at ``L`` and lies above chance (no
+    loss shown); ``"lower"``: below the interval at ``L`` and above chance;
+    ``"higher"``: above the interval at ``L``.
+
+    >>> extrapolation_category({"low": 0.5, "high": 0.7}, {"low": 0.9, "high": 1.0},
+    ...                        0.55)
+    'chance'
+    >>> extrapolation_category({"low": 0.5, "high": 0.95}, {"low": 0.9, "high": 1.0},
+    ...                        0.55)
+    'undecided'
+    >>> extrapolation_category({"low": 0.8, "high": 0.95}, {"low": 0.9, "high": 1.0},
+    ...                        0.5)
+    'kept'
+    """
+    side = separated(row, at_l)
+    if row["low"] <= chance:
+        return "undecided" if side == 0 else "chance"
+    return {0: "kept", -1: "lower", 1: "higher"}[side]
+
+
+def trajectory(rows: Iterable[dict[str, Any]], task: str, method: str
+               ) -> dict[int, str]:
+    """``{length: extrapolation_category}`` of one method on one task, every length
+    past the shortest (the training length) of its rows; the chance level of each
+    length is the test set's (``row["chance"]``)."""
+    own = sorted((r for r in rows if (r["method"], r["task"]) == (method, task)),
+                 key=lambda r: r["length"])
+    if not own:
+        fail("trajectory", f"no rows for task {task!r} and method {method!r}")
+    base = own[0]
+    return {r["length"]: extrapolation_category(r, base, r["chance"]) for r in own[1:]}
+
+
+def order_pairs(rows: Iterable[dict[str, Any]], task: str, length: int,
+                methods: Sequence[str]) -> dict[tuple[str, str], int]:
+    """:func:`separated` for every pair ``(a, b)`` of ``methods`` (``a`` listed
+    first) on ``task`` at ``length``."""
+    idx = row_index(rows)
+    return {(a, b): separated(idx[(task, a, length)], idx[(task, b, length)])
+            for i, a in enumerate(methods) for b in methods[i + 1:]}
 
 
 # --------------------------------------------------------------------- provenance
@@ -506,9 +842,12 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _job(args: tuple[str, str, int, dict[str, Any]]) -> dict[str, Any]:
-    task, method, seed, cfg = args
-    return train_run(task, method, seed, LabConfig.from_dict(cfg))
+def _job(args: tuple[str, str, int, dict[str, Any], float | None]) -> dict[str, Any]:
+    task, method, seed, cfg, base = args
+    run = train_run(task, method, seed, LabConfig.from_dict(cfg), rope_base=base)
+    if base is not None:
+        run["sweep"] = True
+    return run
 
 
 def run_lab(
@@ -528,17 +867,23 @@ def run_lab(
         note: free text stored with the results (e.g. how busy the machine was).
 
     Returns:
-        ``{"meta": {...}, "runs": [...], "summary": [...]}``, ready for
-        :func:`save_results`; ``meta`` records the code version, the
-        :func:`canary`, settings, seeds, timings, machine and load average before and
-        after.
+        ``{"meta": {...}, "runs": [...], "rope_sweep": [...], "summary": [...]}``,
+        ready for :func:`save_results`; ``runs`` are the (task, method, seed) runs,
+        ``rope_sweep`` the RoPE runs with the other bases of ``config.rope_bases``;
+        ``meta`` records the code version, the :func:`canary`, settings, seeds,
+        timings, machine, load average before and after, and ``test_sets``
+        (:func:`chance_level` of every task and length: the chance level of the test
+        set and the scored positions of each test sequence).
     """
     from tqdm.auto import tqdm
 
     cfg = LabConfig() if config is None else config
     workers = require_positive_int("run_lab", "workers", workers)
-    jobs = [(t, m, s, cfg.to_dict())
+    jobs = [(t, m, s, cfg.to_dict(), None)
             for t in cfg.tasks for m in cfg.methods for s in cfg.seeds]
+    if "rope" in cfg.methods:  # the base sweep
+        jobs += [(t, "rope", s, cfg.to_dict(), float(b))
+                 for t in cfg.tasks for b in cfg.rope_bases for s in cfg.seeds]
     version = code_version()  # before the runs: the code that produces them
     check = canary()
     load_before = os.getloadavg()
@@ -569,10 +914,16 @@ def run_lab(
                 bar.update()
     bar.close()
     wall = time.perf_counter() - start
-    key = {(t, m, s): i for i, (t, m, s, _) in enumerate(jobs)}
-    runs.sort(key=lambda r: key[(r["task"], r["method"], r["seed"])])
-    per_model = [r["train_seconds"] + r["eval_seconds"] for r in runs]
-    cpu = [r["cpu_seconds"] for r in runs]
+    key = {(t, m, s, b): i for i, (t, m, s, _, b) in enumerate(jobs)}
+    runs.sort(key=lambda r: key[(r["task"], r["method"], r["seed"],
+                                 r["rope_base"] if r.get("sweep") else None)])
+    sweep = [r for r in runs if r.get("sweep")]
+    runs = [r for r in runs if not r.get("sweep")]
+    test_sets = {t: {str(n): chance_level(t, n, n_sequences=cfg.eval_sequences,
+                                          seed=cfg.eval_seed)
+                     for n in cfg.lengths} for t in cfg.tasks}
+    per_model = [r["train_seconds"] + r["eval_seconds"] for r in runs + sweep]
+    cpu = [r["cpu_seconds"] for r in runs + sweep]
     meta = {
         "code_version": version,
         "canary": check,
@@ -596,15 +947,22 @@ def run_lab(
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "note": note,
+        "test_sets": test_sets,
     }
-    return {"meta": meta, "runs": runs, "summary": summarize(runs)}
+    out = {"meta": meta, "runs": runs, "rope_sweep": sweep}
+    out["summary"] = summarize(runs, test_sets)
+    return out
 
 
 def save_results(results: dict[str, Any], path: str | Path | None = None) -> Path:
     """Write ``results`` as JSON (default ``RESULTS_PATH``); returns the path."""
     p = RESULTS_PATH if path is None else Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(results, indent=1) + "\n")
+    text = json.dumps(results, indent=1)
+    # lists of numbers on one line each (the per-sequence counts are long)
+    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
+                  lambda m: "[" + re.sub(r",\s+", ",", m.group(1)) + "]", text)
+    p.write_text(text + "\n")
     return p
 
 
@@ -616,8 +974,8 @@ def load_results(path: str | Path | None = None) -> dict[str, Any]:
              "course_lib.experiments` (or `course lab`) to create them",
              FileNotFoundError)
     data = json.loads(p.read_text())
-    if "runs" in data:  # intervals by the current rule (bounded to [0, 1])
-        data["summary"] = summarize(data["runs"])
+    if "runs" in data:  # intervals by the current rule
+        data["summary"] = summarize(data["runs"], data.get("meta", {}).get("test_sets"))
     return data
 
 
@@ -644,15 +1002,27 @@ def stored_results(path: str | Path | None = None, *, recompute: bool | None = N
 
 
 def format_table(results: dict[str, Any], *, task: str | None = None,
-                 digits: int = 2) -> str:
+                 digits: int = 2, rows: Sequence[dict[str, Any]] | None = None,
+                 methods: Sequence[str] | None = None,
+                 labels: dict[str, str] | None = None) -> str:
     """Markdown table of mean accuracy [95 % CI] per method (rows) and length.
 
     Args:
         results: from :func:`run_lab` or :func:`load_results`.
         task: one task, or None for all (a task column is added).
         digits: decimals.
+        rows: summary rows to show (default ``results["summary"]``), e.g. those of
+            :func:`summarize_rope`.
+        methods: the methods (row labels of the summary) in table order (default:
+            ``METHODS``, or the order of ``rows`` when they are given).
+        labels: display names (default ``METHOD_LABELS``; other names as they are).
     """
-    rows = [r for r in results["summary"] if task is None or r["task"] == task]
+    src = results["summary"] if rows is None else rows
+    rows = [r for r in src if task is None or r["task"] == task]
+    if methods is None:
+        methods = METHODS if src is results.get("summary") else list(
+            dict.fromkeys(r["method"] for r in rows))
+    labels = METHOD_LABELS if labels is None else labels
     lengths = sorted({r["length"] for r in rows})
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     cell = {(r["task"], r["method"], r["length"]): r for r in rows}
@@ -660,8 +1030,8 @@ def format_table(results: dict[str, Any], *, task: str | None = None,
                                                               for n in lengths]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in tasks:
-        for m in METHODS:
-            if (t, m, lengths[0]) not in cell:
+        for m in methods:
+            if not any((t, m, n) in cell for n in lengths):
                 continue
             vals = []
             for n in lengths:
@@ -670,7 +1040,7 @@ def format_table(results: dict[str, Any], *, task: str | None = None,
                             f"{r['mean']:.{digits}f} [{r['low']:.{digits}f}, "
                             f"{r['high']:.{digits}f}]")
             first = [t] if task is None else []
-            lines.append("| " + " | ".join(first + [METHOD_LABELS[m]] + vals) + " |")
+            lines.append("| " + " | ".join(first + [labels.get(m, m)] + vals) + " |")
     return "\n".join(lines)
 
 
@@ -692,6 +1062,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=None)
     p.add_argument("--seeds", nargs="+", type=int, default=None)
     p.add_argument("--steps", type=int, default=None, help="optimiser steps per model")
+    p.add_argument("--rope-bases", nargs="*", type=float, default=None,
+                   help="extra RoPE runs with these bases (default 10 100; none: "
+                        "--rope-bases with no value)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one seed, 100 steps, 64 test sequences")
     p.add_argument("--note", default="", help="free text stored with the results")
@@ -708,12 +1081,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     changes: dict[str, Any] = {}
     if args.quick:
-        changes.update(seeds=(0,), steps=100, eval_sequences=64)
+        changes.update(seeds=(0,), steps=100, eval_sequences=64, rope_bases=())
     for name in ("tasks", "methods", "seeds"):
         if getattr(args, name) is not None:
             changes[name] = tuple(getattr(args, name))
     if args.steps is not None:
         changes["steps"] = args.steps
+    if args.rope_bases is not None:
+        changes["rope_bases"] = tuple(args.rope_bases)
     try:
         cfg = dataclasses.replace(LabConfig(), **changes)
     except (TypeError, ValueError) as exc:
@@ -723,9 +1098,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out is None:
         out = Path("lab_results_quick.json") if args.quick else RESULTS_PATH
     n_runs = len(cfg.tasks) * len(cfg.methods) * len(cfg.seeds)
+    n_sweep = (len(cfg.tasks) * len(cfg.rope_bases) * len(cfg.seeds)
+               if "rope" in cfg.methods else 0)
     print(f"lab: {n_runs} models ({len(cfg.tasks)} tasks x {len(cfg.methods)} "
-          f"methods x {len(cfg.seeds)} seeds), {cfg.steps} steps each, "
-          f"{args.workers} worker(s)")
+          f"methods x {len(cfg.seeds)} seeds) and {n_sweep} RoPE base-sweep models, "
+          f"{cfg.steps} steps each, {args.workers} worker(s)")
     results = run_lab(cfg, workers=args.workers, progress=not args.no_progress,
                       note=args.note)
     path = save_results(results, out)
