@@ -68,6 +68,11 @@ c.CourseTimeLimits.solution_cost = SOLUTION_COST
 # cuts off no cell that `course autograde` lets finish.
 c.ExecutePreprocessor.timeout = max(CELL_TIME_LIMIT.values())
 c.Execute.timeout = max(CELL_TIME_LIMIT.values())
+# Every page nbgrader renders from a notebook (feedback, the formgrader's views)
+# cleans the HTML of markdown cells and outputs (nbconvert's sanitizer): nothing a
+# student's notebook holds runs in a reader's browser. The autograded copies' outputs
+# are made inert before that (course_lib/grading/notebooks/safe.py).
+c.HTMLExporter.sanitize_html = True
 # A student who deletes a test cell gets it back (and its points counted).
 c.OverwriteCells.add_missing_cells = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -424,6 +424,10 @@ def _graded(spec: WorkerSpec, job: Job, private: Path, config) -> dict[str, Any]
             failures.update(_cell_failures(path, spec.cell_timeout))
     with Gradebook(config.CourseDirectory.db_url, spec.course_id) as gb:
         grades = read_submission(gb, spec.assignment, job.student)
+    # graded: now the outputs the student's code made are reduced to inert types
+    # before any browser (feedback, formgrader) shows them
+    for path in sorted(graded.glob("*.ipynb")):
+        _make_safe(path)
     # A test cell cut off by the time limit is not judged (it scores 0 in nbgrader's
     # gradebook, which knows no other state), and the submission says so in its
     # reason; its other cells keep their scores (the kernel was interrupted and went
@@ -436,6 +440,18 @@ def _graded(spec: WorkerSpec, job: Job, private: Path, config) -> dict[str, Any]
         autograded=str(graded),
         reason="; ".join(timed_out),
     )
+
+
+def _make_safe(path: Path) -> None:
+    """The autograded notebook at ``path`` with inert outputs only
+    (:func:`course_lib.grading.notebooks.safe.safe_outputs`)."""
+    import nbformat
+
+    from .notebooks.safe import safe_outputs
+
+    nb = nbformat.read(str(path), as_version=4)
+    if safe_outputs(nb):
+        nbformat.write(nb, str(path))
 
 
 def _repair(spec: WorkerSpec, job: Job, private: Path) -> list[str] | str:

@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 NOTES_CELL_ID = "course-repair-notes"
+_NOTES_KEY = "course_repairs"  # the notes cell's metadata: the repairs as a list
 _NOTES_TITLE = "**Repairs made before grading.**"
 _ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _FLAGS = ("grade", "solution", "locked", "task")
@@ -1054,6 +1055,9 @@ def notes_cell(notes: Iterable[Note | str]):
         lines += ["", "Routine clean-up: " + "; ".join(routine) + "."]
     cell = nbformat.v4.new_markdown_cell("\n".join(lines))
     cell["id"] = NOTES_CELL_ID
+    # the list itself, for the tool: the text is rendered (and, in the autograded
+    # copy, made inert: course_lib.grading.notebooks.safe) for people
+    cell["metadata"][_NOTES_KEY] = [n.text for n in notes if not n.routine]
     return cell
 
 
@@ -1066,6 +1070,9 @@ def notes_from_notebook(path: str | Path) -> list[str]:
         return []
     for cell in nb.get("cells", [])[:3]:
         if isinstance(cell, dict) and cell.get("id") == NOTES_CELL_ID:
+            listed = (cell.get("metadata") or {}).get(_NOTES_KEY)
+            if isinstance(listed, list):
+                return [str(text) for text in listed]
             return [
                 ln[2:].strip()
                 for ln in _source(cell).splitlines()
