@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from ._validate import fail, require_int, require_positive_int
-from .sinusoidal import _check_base
+from ._validate import fail, require_base, require_int, require_positive_int
 
 if TYPE_CHECKING:  # sympy is imported where it is used: it costs ~0.4 s at start-up
     import sympy as sp
@@ -88,7 +87,7 @@ def offset_matrix(
             f"d_model must be even (the encoding is made of (sin, cos) pairs), "
             f"got d_model={d_model}",
         )
-    base = _check_base(fn, base)
+    base = require_base(fn, base)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         fail(fn, f"dtype must be a floating torch.dtype, got {dtype!r}", TypeError)
 

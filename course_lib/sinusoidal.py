@@ -29,6 +29,7 @@ from torch import nn
 from ._validate import (
     describe,
     fail,
+    require_base,
     require_float_tensor,
     require_ndim,
     require_positive_int,
@@ -43,14 +44,6 @@ __all__ = [
 ]
 
 _LAYOUTS = ("interleaved", "concat")
-
-
-def _check_base(fn: str, base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, int | float):
-        fail(fn, f"base must be a real number, got {describe(base)}", TypeError)
-    if not base > 1.0 or not math.isfinite(base):
-        fail(fn, f"base must be a finite number greater than 1, got {base!r}")
-    return float(base)
 
 
 def _check_layout(fn: str, layout: object) -> str:
@@ -108,7 +101,7 @@ def sinusoidal_encoding(
             f"d_model must be even (sines and cosines come in pairs), "
             f"got d_model={d_model}",
         )
-    base = _check_base(fn, base)
+    base = require_base(fn, base)
     layout = _check_layout(fn, layout)
 
     omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
@@ -217,7 +210,7 @@ class SinusoidalPositionalEncoding(nn.Module):
                 f"d_model must be even (sines and cosines come in pairs), "
                 f"got d_model={d_model}",
             )
-        self.base = _check_base(fn, base)
+        self.base = require_base(fn, base)
         self.layout = _check_layout(fn, layout)
         self.scale = math.sqrt(d_model) if scale_embeddings else 1.0
         self.dropout = nn.Dropout(dropout)
