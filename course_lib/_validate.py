@@ -25,6 +25,7 @@ __all__ = [
     "require_int",
     "require_ndim",
     "require_positive_int",
+    "require_qkv",
     "require_rotary_dim",
     "require_tensor",
 ]
@@ -139,3 +140,40 @@ def require_head_dim(fn: str, d_model: object, n_heads: object) -> int:
             f"and n_heads={n_heads}",
         )
     return d_model // n_heads
+
+
+def require_qkv(
+    fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[int, int, int]:
+    """Validate attention inputs; return ``(n_heads, q_len, k_len)``."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        require_ndim(
+            fn,
+            name,
+            require_float_tensor(fn, name, x),
+            4,
+            "(batch, heads, seq, head_dim)",
+        )
+    if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
+        fail(
+            fn,
+            f"q, k, v must share (batch, heads), got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}",
+        )
+    if k.shape[-1] != q.shape[-1]:
+        fail(fn, f"k must have head_dim {q.shape[-1]} like q, got k {tuple(k.shape)}")
+    if v.shape[2] != k.shape[2]:
+        fail(
+            fn,
+            f"v must have as many positions as k ({k.shape[2]}), "
+            f"got v {tuple(v.shape)}",
+        )
+    n_heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
+    if q_len == 0 or k_len < q_len:
+        fail(
+            fn,
+            f"need 1 <= q_len <= k_len (queries are the last q_len keys), got "
+            f"q_len={q_len} and k_len={k_len} from q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}",
+        )
+    return n_heads, q_len, k_len

@@ -17,14 +17,18 @@ Linear Biases Enables Input Length Extrapolation", ICLR 2022.
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import fail, require_float_tensor, require_ndim, require_positive_int
+from ._flex import causal_block_mask, compiled_flex_attention
+from ._validate import (
+    fail,
+    require_positive_int,
+    require_qkv,
+)
 
 __all__ = [
     "ALiBi",
@@ -228,43 +232,6 @@ def _cache_bytes() -> int:
     )
 
 
-def _check_qkv(
-    fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> tuple[int, int, int]:
-    """Validate attention inputs; return ``(n_heads, q_len, k_len)``."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        require_ndim(
-            fn,
-            name,
-            require_float_tensor(fn, name, x),
-            4,
-            "(batch, heads, seq, head_dim)",
-        )
-    if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
-        fail(
-            fn,
-            f"q, k, v must share (batch, heads), got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}, v {tuple(v.shape)}",
-        )
-    if k.shape[-1] != q.shape[-1]:
-        fail(fn, f"k must have head_dim {q.shape[-1]} like q, got k {tuple(k.shape)}")
-    if v.shape[2] != k.shape[2]:
-        fail(
-            fn,
-            f"v must have as many positions as k ({k.shape[2]}), "
-            f"got v {tuple(v.shape)}",
-        )
-    n_heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
-    if q_len == 0 or k_len < q_len:
-        fail(
-            fn,
-            f"need 1 <= q_len <= k_len (queries are the last q_len keys), got "
-            f"q_len={q_len} and k_len={k_len} from q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}",
-        )
-    return n_heads, q_len, k_len
-
-
 def alibi_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True
 ) -> torch.Tensor:
@@ -296,7 +263,7 @@ def alibi_attention(
 
     Paper: Press et al. 2022.
     """
-    n_heads, q_len, k_len = _check_qkv("alibi_attention", q, k, v)
+    n_heads, q_len, k_len = require_qkv("alibi_attention", q, k, v)
     blocks = _alibi_mask_blocks(n_heads, q_len, k_len, bool(causal), q.dtype, q.device)
     if len(blocks) == 1:
         return F.scaled_dot_product_attention(
@@ -309,25 +276,6 @@ def alibi_attention(
         for start, stop, keys, mask in blocks
     ]
     return torch.cat(outs, dim=2)  # (B, H, Lq, Dv)
-
-
-@functools.cache
-def _compiled_flex_attention():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
-
-
-@functools.lru_cache(maxsize=8)
-def _causal_block_mask(q_len: int, k_len: int, device: torch.device):
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    offset = k_len - q_len
-
-    def keys_up_to_query(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + offset
-
-    return create_block_mask(keys_up_to_query, None, None, q_len, k_len, device=device)
 
 
 def alibi_flex_attention(
@@ -366,15 +314,15 @@ def alibi_flex_attention(
     """
     from torch.nn.attention.flex_attention import flex_attention
 
-    n_heads, q_len, k_len = _check_qkv("alibi_flex_attention", q, k, v)
+    n_heads, q_len, k_len = require_qkv("alibi_flex_attention", q, k, v)
     offset = k_len - q_len
     slopes = alibi_slopes(n_heads).to(device=q.device, dtype=q.dtype)  # (H,)
 
     def alibi_score_mod(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx + offset - kv_idx).abs()
 
-    block_mask = _causal_block_mask(q_len, k_len, q.device) if causal else None
-    attend = _compiled_flex_attention() if compiled else flex_attention
+    block_mask = causal_block_mask(q_len, k_len, q.device) if causal else None
+    attend = compiled_flex_attention() if compiled else flex_attention
     return attend(
         q, k, v, score_mod=alibi_score_mod, block_mask=block_mask
     )  # (B, H, Lq, Dv)

@@ -231,10 +231,11 @@ def da_flex_attention(
     """
     from torch.nn.attention.flex_attention import flex_attention
 
-    from .alibi import _causal_block_mask, _check_qkv, _compiled_flex_attention
+    from ._flex import causal_block_mask, compiled_flex_attention
+    from ._validate import require_qkv
 
     fn = "da_flex_attention"
-    n_heads, q_len, k_len = _check_qkv(fn, q, k, v)
+    n_heads, q_len, k_len = require_qkv(fn, q, k, v)
     for name, p in (("w", w), ("v_bias", v_bias)):
         require_ndim(
             fn,
@@ -256,8 +257,8 @@ def da_flex_attention(
     def da_score_mod(score, b, h, q_idx, kv_idx):
         return torch.relu(score) * table[h, (q_idx + offset - kv_idx).abs()]
 
-    block_mask = _causal_block_mask(q_len, k_len, q.device) if causal else None
-    attend = _compiled_flex_attention() if compiled else flex_attention
+    block_mask = causal_block_mask(q_len, k_len, q.device) if causal else None
+    attend = compiled_flex_attention() if compiled else flex_attention
     return attend(
         q, k, v, score_mod=da_score_mod, block_mask=block_mask
     )  # (B, H, Lq, Dv)
