@@ -466,6 +466,7 @@ def sandboxed_kernel(tmp_path_factory):
         launcher=SandboxLauncher(settings),
     )
     os.environ["COURSE_TEST_SECRET_TOKEN"] = "hunter2"
+    os.environ["NBGRADER_EXECUTION"] = "autograde"  # as nbgrader's autograde sets it
     try:
         with kernel_context(context):
             client = NotebookClient(
@@ -480,6 +481,7 @@ def sandboxed_kernel(tmp_path_factory):
             alive_during = len(context.pids)
     finally:
         del os.environ["COURSE_TEST_SECRET_TOKEN"]
+        del os.environ["NBGRADER_EXECUTION"]
     try:
         server.accept()
         connected = True
@@ -500,6 +502,8 @@ def test_the_kernel_sees_no_secret_and_no_host(sandboxed_kernel):
     assert started == 1
     env = json.loads(out["env"])
     assert "COURSE_TEST_SECRET_TOKEN" not in env and "JPY_PARENT_PID" not in env
+    # nbgrader's own marker reaches the kernel: a notebook may skip work when graded
+    assert "NBGRADER_EXECUTION" in env
     assert out["secret"] == "FileNotFoundError"
     assert out["link"] == "FileNotFoundError"
     assert out["net"] in {"ConnectionRefusedError", "OSError"} and not connected

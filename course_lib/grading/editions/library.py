@@ -535,19 +535,11 @@ def build_student_wheel(dest_dir: Path) -> Path:
 # ``None``: the grader calls no student function, only judges the values it is
 # given). Any other ``grade_<name>`` is planned with its module's ``_ref_<name>``.
 PLAN_REFERENCES: dict[str, str | None] = {
-    "grade_fixed_position_ids": "_ref_ids",
-    # ex09's grader runs ex07's cases
-    "grade_fixed_rel_attention_scores": (
-        "course_lib.checks.ex07_transformer_xl:_ref_scores"
-    ),
     "grade_da_attention": "_ref_attention",
     "grade_relative_position_index": "_ref_index",
     "grade_t5_relative_position_bucket": "_ref_bucket",
     "grade_rel_attention_scores": "_ref_scores",
     "grade_rel_shift": "_ref_shift",
-    "grade_fixed_alibi_slopes": "_ref_slopes",
-    "grade_fixed_apply_rope": "_ref_rope",
-    "grade_fixed_sinusoidal_encoding": "_ref_sinusoidal",
     "grade_da_rescale": "_ref_rescale",
     "grade_log_distance_bias": "_reference_bias",
     "grade_retained_skill": "_reference_retained",
