@@ -272,15 +272,16 @@ def test_rerun_on_the_cluster_skips_and_force_regrades(cluster_run, cluster):
 
 
 # A worker that takes a submission and then holds it: its task writes the student's
-# name to HOLD_MARK next to this file and blocks until the worker dies. A test kills
-# it once the mark is there, so the kill always lands while it holds a submission.
+# name to the mark file (MARK: its absolute path; dask runs a copy of this preload
+# from the worker's own folder) and blocks until the worker dies. A test kills it
+# once the mark is there, so the kill always lands while it holds a submission.
 _HOLDING_WORKER = """
 import threading
 from pathlib import Path
 from course_lib.grading import cluster
 
 def grade_task(shared, student, *args, **kwargs):
-    Path(__file__).with_name("HOLD_MARK").write_text(student)
+    Path(MARK).write_text(student)
     threading.Event().wait()
 
 cluster.grade_task = grade_task
@@ -293,9 +294,9 @@ def _start_holding_worker(cluster: Cluster, name: str) -> Path:
     folder = cluster.base / name
     folder.mkdir(exist_ok=True)
     preload = folder / "holding_worker.py"
-    preload.write_text(_HOLDING_WORKER)
     mark = folder / "HOLD_MARK"
     mark.unlink(missing_ok=True)
+    preload.write_text(f"MARK = {str(mark)!r}\n{_HOLDING_WORKER}")
     cluster.start(name, preload=preload)
     cluster.wait(len(cluster.workers))
     return mark
