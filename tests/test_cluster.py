@@ -308,6 +308,8 @@ def _kill_when_held(cluster: Cluster, name: str, mark: Path, run) -> str:
     deadline = time.monotonic() + 300  # a safety net: the mark comes, or the run ends
     while not mark.exists():
         if run.poll() is not None or time.monotonic() > deadline:
+            run.kill()  # it would wait for the held submission forever
+            cluster.workers.pop(name).kill()
             out, err = run.communicate()
             raise AssertionError(f"{name} never took a submission:\n{out}\n{err}")
         time.sleep(0.1)
