@@ -306,7 +306,7 @@ def grade_fixed_decode_position_ids(fn) -> None:
         (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 1),
         (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 3),
         (torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]]), 2),
-        (torch.tensor([[1, 1, 1, 1]]), 4),
+        (torch.tensor([[1, 1, 1, 1, 1]]), 5),  # no padding: the prompt in one call
         (torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool), 1),
         (left, 1),
         (left, 4),
