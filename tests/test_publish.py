@@ -239,6 +239,13 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
         listed = [fn for fn in graded if f"def {fn}(" in text]
         assert not listed, f"{path.relative_to(published)} lists {listed}"
 
+    # the API page documents an exercise target by its first paragraph only (the
+    # rest of yarn_correction_range's docstring states the rounding ex11 grades)
+    api = _text((published / "html" / "book" / "api.html").read_text(encoding="utf-8"))
+    assert "Pair indices (low, high) where YaRN" in api
+    assert "floor(i(beta_fast))" not in api
+    assert "the rest of its documentation is in the open edition" in api
+
     patterns = solution_patterns()
     hits, searched = search_tree(published, patterns)
     print(f"searched {searched} text files (wheel members included) for "
@@ -304,6 +311,13 @@ GRADED_LISTINGS = {
 
 def _text(page: str) -> str:
     return html_lib.unescape(re.sub(r"<[^>]+>", "", page)).replace("\xa0", " ")
+
+
+@pytest.mark.slow
+def test_open_edition_documents_exercise_targets_in_full(built_book: Path) -> None:
+    api = _text((built_book / "book" / "api.html").read_text(encoding="utf-8"))
+    assert "floor(i(beta_fast))" in api
+    assert "the rest of its documentation is in the open edition" not in api
 
 
 @pytest.mark.slow

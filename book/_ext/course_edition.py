@@ -7,10 +7,14 @@ Sphinx tag ``class_edition``, so every ``{only} not class_edition`` block (the
 written: the HTML pages and the search index hold none of it. Sphinx copies the page
 sources (``_sources/``, the ``.md`` and ``.ipynb`` downloads) verbatim, so at the end
 of a class build the same blocks are cut from every such copy under the output folder.
+The API page of the class edition documents each exercise target (a function an
+exercise asks for, such as ``alibi_bias``) by the first paragraph of its docstring only,
+as the student wheel does: the rest may state the rule the exercise grades.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -32,6 +36,31 @@ def _set_edition(app, config) -> None:
     if edition == "class":
         app.tags.add("class_edition")
     config.html_context = {**(config.html_context or {}), "course_edition": edition}
+
+
+@functools.cache
+def _targets() -> dict[str, dict[str, int]]:
+    from course_lib.grading.editions.library import exercise_targets
+
+    return exercise_targets()
+
+
+def _first_paragraph_of_targets(app, what, name, obj, options, lines) -> None:
+    """autodoc: in the class edition, an exercise target's docstring is cut to its
+    first paragraph, with a line saying where the rest is."""
+    if not app.tags.has("class_edition"):
+        return
+    module, _, function = name.rpartition(".")
+    number = _targets().get(module, {}).get(function)
+    if number is None:
+        return
+    blank = (i for i, line in enumerate(lines) if i and not line.strip())
+    end = next(blank, len(lines))
+    lines[end:] = [
+        "",
+        f"*Exercise {number} asks for this function: the rest of its documentation "
+        "is in the open edition of the book.*",
+    ]
 
 
 def _strip_copies(app, exception) -> None:
@@ -60,4 +89,5 @@ def _strip_copies(app, exception) -> None:
 def setup(app):
     app.connect("config-inited", _set_edition)
     app.connect("build-finished", _strip_copies)
+    app.connect("autodoc-process-docstring", _first_paragraph_of_targets)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
