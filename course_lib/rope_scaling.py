@@ -635,7 +635,7 @@ def from_hf_rope_parameters(
         the method's parameters: ``rope_scaled_frequencies(head_dim, **kwargs)``
         gives Hugging Face's frequencies and attention factor (``tests/
         test_parity_rope_scaling.py`` compares them for real model configs). For
-        :class:`course_lib.RotaryEmbedding`, pop ``base`` and pass the rest as
+        :class:`~course_lib.rope.RotaryEmbedding`, pop ``base`` and pass the rest as
         ``scaling``. ``rope_type="default"`` gives ``method="linear"`` with
         ``factor=1.0``, plain RoPE.
 
