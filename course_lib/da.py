@@ -109,6 +109,21 @@ def da_rescale(
     return torch.exp(softplus_v - softplus_x)
 
 
+def _require_head_params(fn: str, heads: int, **params: object) -> None:
+    """Each of ``params`` (DA's ``w`` and ``v_bias``) is a float tensor of shape
+    ``(heads,)``."""
+    for name, p in params.items():
+        require_ndim(
+            fn,
+            name,
+            require_float_tensor(fn, name, require_tensor(fn, name, p)),
+            1,
+            "(heads,)",
+        )
+        if p.shape[0] != heads:
+            fail(fn, f"{name} must have shape (heads,) = ({heads},), got {describe(p)}")
+
+
 def da_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -169,16 +184,7 @@ def da_attention(
             f"need 1 <= q_len <= k_len (queries are the last q_len keys), "
             f"got q {tuple(q.shape)} and k {tuple(k.shape)}",
         )
-    for name, p in (("w", w), ("v_bias", v_bias)):
-        require_ndim(
-            fn,
-            name,
-            require_float_tensor(fn, name, require_tensor(fn, name, p)),
-            1,
-            "(heads,)",
-        )
-        if p.shape[0] != heads:
-            fail(fn, f"{name} must have shape (heads,) = ({heads},), got {describe(p)}")
+    _require_head_params(fn, heads, w=w, v_bias=v_bias)
     query_pos = torch.arange(q_len, device=q.device) + (k_len - q_len)  # (Lq,)
     distance = (query_pos[:, None] - torch.arange(k_len, device=q.device)).abs()
     r_hat = da_rescale(
@@ -236,18 +242,7 @@ def da_flex_attention(
 
     fn = "da_flex_attention"
     n_heads, q_len, k_len = require_qkv(fn, q, k, v)
-    for name, p in (("w", w), ("v_bias", v_bias)):
-        require_ndim(
-            fn,
-            name,
-            require_float_tensor(fn, name, require_tensor(fn, name, p)),
-            1,
-            "(heads,)",
-        )
-        if p.shape[0] != n_heads:
-            fail(
-                fn, f"{name} must have shape (heads,) = ({n_heads},), got {describe(p)}"
-            )
+    _require_head_params(fn, n_heads, w=w, v_bias=v_bias)
     offset = k_len - q_len
     distances = torch.arange(k_len, device=q.device, dtype=q.dtype)  # (Lk,)
     table = da_rescale(
