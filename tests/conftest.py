@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import http.server
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -119,3 +123,52 @@ def browser():
         yield b
         b.close()
 
+
+@contextlib.contextmanager
+def jupyter_running(base: Path, root_dir: Path, *args: str, env: dict | None = None):
+    """``jupyter ARGS`` (``lab``, ``server``) on 127.0.0.1 without a token, serving
+    ``root_dir``, its runtime, settings and workspaces private under ``base``; yields
+    its URL once ``/api/status`` answers, and stops it at the end."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+        **(env or {}),
+    }
+    log = open(base / "server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("jupyter")), *args, "--no-browser",
+         "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         "--ServerApp.port_retries=0", "--IdentityProvider.token=",
+         "--ServerApp.password=", f"--ServerApp.root_dir={root_dir}"],
+        cwd=root_dir,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status", timeout=5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    pytest.fail(f"jupyter {args[0]} did not start:\n"
+                                + (base / "server.log").read_text()[-3000:])
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import jupyter_running
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -168,12 +164,6 @@ def test_short_form_outside_ipython_is_the_ordinary_one() -> None:
 # in the browser: what the student sees in JupyterLab and Notebook 7
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def jupyter_server(tmp_path_factory: pytest.TempPathFactory):
     """A Jupyter server (JupyterLab and Notebook 7) on 127.0.0.1 without a token,
@@ -182,63 +172,17 @@ def jupyter_server(tmp_path_factory: pytest.TempPathFactory):
     work = base / "work"
     work.mkdir()
     nbformat.write(_notebook(WRONG, CHECK, check_metadata=False), work / "check.ipynb")
-    port = _free_port()
     env = {
-        **os.environ,
         "OMP_NUM_THREADS": "1",
         "JUPYTER_CONFIG_DIR": str(base / "config"),
-        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
         "PYTHONPATH": str(ROOT),
     }
-    jupyter = Path(sys.executable).with_name("jupyter")
-    log = open(base / "server.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            str(jupyter),
-            "lab",
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--ServerApp.port_retries=0",
-            "--IdentityProvider.token=",
-            "--ServerApp.password=",
-            "--ServerApp.disable_check_xsrf=True",
-            f"--ServerApp.root_dir={work}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        cwd=work,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status", timeout=5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    pytest.fail(
-                        "jupyter lab did not start:\n"
-                        + (base / "server.log").read_text()[-3000:]
-                    )
-                time.sleep(0.2)
+    with jupyter_running(
+        base, work, "lab", "--ServerApp.disable_check_xsrf=True",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", env=env,
+    ) as url:  # fmt: skip
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 _KERNEL_IDLE = """() => Array.from(

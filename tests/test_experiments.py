@@ -381,7 +381,8 @@ def test_stored_results_are_complete_and_consistent(stored):
     sweep = {(r["task"], r["rope_base"], r["seed"]) for r in stored["rope_sweep"]}
     assert sweep == {(t, b, s) for t in cfg.tasks for b in cfg.rope_bases
                      for s in cfg.seeds}
-    for r in stored["rope_sweep"] + [r for r in stored["runs"] if r["method"] == "rope"]:
+    rope_runs = [r for r in stored["runs"] if r["method"] == "rope"]
+    for r in stored["rope_sweep"] + rope_runs:
         assert set(r["extended"]) == {"pi", "yarn"}
         for ext in r["extended"].values():
             assert sorted(map(int, ext["accuracy"])) == list(cfg.lengths[1:])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import jupyter_running
 
 from course_lib.grading.notebooks.safe import clean_html, safe_outputs
 
@@ -218,54 +219,9 @@ def test_the_feedback_page_runs_none_of_it(hostile_class, browser) -> None:
 def formgrader(hostile_class, tmp_path_factory):
     """nbgrader's formgrader (a Jupyter server with the nbgrader extension) over the
     graded course, on 127.0.0.1 without a token; settings private."""
-    import os
-    import socket
-    import time
-    import urllib.request
-
     base = tmp_path_factory.mktemp("formgrader")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {
-        **os.environ,
-        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
-    }
-    log = open(base / "server.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("jupyter")), "server", "--no-browser",
-         "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         "--ServerApp.port_retries=0", "--IdentityProvider.token=",
-         "--ServerApp.password=", f"--ServerApp.root_dir={hostile_class.root}"],
-        cwd=hostile_class.root,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status", timeout=5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    pytest.fail("jupyter server did not start:\n"
-                                + (base / "server.log").read_text()[-3000:])
-                time.sleep(0.2)
+    with jupyter_running(base, hostile_class.root, "server") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.mark.slow
