@@ -47,11 +47,15 @@ def _lab_rows(fn: str, results: dict) -> tuple[list[dict], list[str], int]:
 def plot_lab_accuracy(results: dict, *, tasks: Sequence[str] | None = None) -> Figure:
     r"""Test accuracy against sequence length, one row of panels per task.
 
-    Each line is a position method: the mean over seeds with its 95 % t-interval as
-    a band; the dashed line is chance, the dotted vertical line the training length
-    :math:`L`. Left panels: NoPE and the encodings added to the input or rotating it
-    (learned, sinusoidal, RoPE); right panels: the relative methods (ALiBi, T5, Shaw,
-    Transformer-XL, DA).
+    Each line is a position method: the mean accuracy over seeds with its 95 %
+    interval as a band, as stored in the results' summary rows: with per-sequence
+    counts, :func:`course_lib.experiments.lab_interval` (a Student-t half-width
+    over the training seeds and a bootstrap half-width over the test sequences,
+    combined in quadrature, clipped to [0, 1]); for older results without them, the
+    seeds-only t-interval. The dashed line is chance, the dotted vertical line the
+    training length :math:`L`. Left panels: NoPE and the encodings added to the input
+    or rotating it (learned, sinusoidal, RoPE); right panels: the relative methods
+    (ALiBi, T5, Shaw, Transformer-XL, DA).
 
     Args:
         results: the lab's results (:func:`course_lib.experiments.load_results`).

@@ -24,7 +24,12 @@ def plot_lm_perplexity(record: dict) -> Figure:
     """Validation perplexity against evaluation length, one line per method.
 
     Two panels: non-overlapping windows and the sliding window. Each line is the
-    geometric mean over seeds with its 95 % interval (band, log-scale t-interval).
+    geometric mean of the perplexity over the training seeds with its 95 % interval as
+    a band, as stored in the record (:func:`course_lib.experiments.lm.contrast`): on
+    the log scale, the variance over seeds plus the variance of a bootstrap over
+    blocks of the validation text (the same resample for every seed), a Student-t
+    quantile with Welch-Satterthwaite degrees of freedom, then exponentiated (the
+    lower end never below 1).
 
     Args:
         record: the dict stored in ``course_lib/data/lm_extrapolation.json``.

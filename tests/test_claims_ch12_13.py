@@ -1,0 +1,365 @@
+"""Claims of chapters 12 (language models on real text) and 13 (making it fast) that
+code can check: the PyTorch behaviour chapter 13 states (which SDPA masks the CPU
+flash kernel takes, the alignment of ``is_causal``), the work ``alibi_attention``
+skips, the words of chapter 13 against the stored benchmark run
+(``benchmarks/RESULTS.md``: "faster", "slower", "about a copy", ...), the class
+edition's guards on the listings that answer exercise 4, the sliding-window cost
+chapter 12 states, and the interval bands of the chapter 12 figure."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import course_lib as cl
+from course_lib import alibi as alibi_module
+
+ROOT = Path(__file__).resolve().parents[1]
+CH12 = ROOT / "book" / "12-lm-extrapolation.md"
+CH13 = ROOT / "book" / "13-making-it-fast.md"
+REPORT = ROOT / "benchmarks" / "RESULTS.md"
+LM_RESULTS = ROOT / "course_lib" / "data" / "lm_extrapolation.json"
+
+
+# --------------------------------------------------------------------------
+# Chapter 13: what PyTorch does (run here, in the installed version)
+
+
+def _flash_accepts(q, k, v, **kwargs) -> bool:
+    """Whether SDPA runs with only the CPU flash kernel allowed."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                F.scaled_dot_product_attention(q, k, v, **kwargs)
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_cpu_flash_kernel_takes_2d_and_4d_masks_without_grad_only():
+    # chapter 13: "the CPU flash kernel takes a mask of two or four dimensions, the
+    # leading two of size 1 or of the batch and head counts, and no mask that
+    # requires a gradient"; a 3-D mask silently runs the math path
+    g = torch.Generator().manual_seed(0)
+    B, H, S = 2, 4, 16
+    q, k, v = (torch.randn(B, H, S, 8, generator=g) for _ in range(3))
+    bias = cl.alibi_bias(H, S, causal=True)  # (H, S, S)
+    assert _flash_accepts(q, k, v, attn_mask=bias[None])  # (1, H, S, S)
+    assert _flash_accepts(q, k, v, attn_mask=bias[None].expand(B, H, S, S))
+    assert _flash_accepts(q, k, v, attn_mask=bias[0])  # (S, S)
+    assert _flash_accepts(q, k, v, attn_mask=bias[None, :1])  # (1, 1, S, S)
+    assert not _flash_accepts(q, k, v, attn_mask=bias)  # (H, S, S)
+    learned = bias[None].clone().requires_grad_()
+    assert not _flash_accepts(q, k, v, attn_mask=learned)
+    assert _flash_accepts(q, k, v, is_causal=True)
+    # the default dispatch still answers the 3-D and the learned mask (math path),
+    # with the numbers of the 4-D one
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None])
+    for mask in (bias, learned):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_is_causal_is_upper_left_and_a_lower_right_mask_is_the_cache_answer():
+    # chapter 13, "Decoding with a key/value cache"
+    g = torch.Generator().manual_seed(1)
+    n_keys, n_new = 10, 3
+    q, k, v = (torch.randn(1, 2, n_keys, 8, generator=g) for _ in range(3))
+    right = F.scaled_dot_product_attention(q, k, v, is_causal=True)[:, :, -n_new:]
+    q_new = q[:, :, -n_new:]
+    upper_left = F.scaled_dot_product_attention(q_new, k, v, is_causal=True)
+    # upper left: query i sees keys 0..i, as if it were the i-th position
+    first = F.scaled_dot_product_attention(
+        q_new, k[:, :, :n_new], v[:, :, :n_new], is_causal=True)
+    torch.testing.assert_close(upper_left, first, atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(upper_left, right, atol=1e-2)
+    lower_right = torch.ones(n_new, n_keys, dtype=torch.bool).tril(n_keys - n_new)
+    by_mask = F.scaled_dot_product_attention(q_new, k, v, attn_mask=lower_right)
+    torch.testing.assert_close(by_mask, right, atol=1e-6, rtol=1e-6)
+    # the course's ALiBi attention puts the queries last
+    step = cl.alibi_attention(q_new, k, v)
+    whole = cl.alibi_attention(q, k, v)[:, :, -n_new:]
+    torch.testing.assert_close(step, whole, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("length", [1024, 2048])
+def test_alibi_attention_computes_the_share_of_scores_the_chapter_states(length):
+    # n query blocks of b queries; block j (1-based) sees j * b keys, so the blocks
+    # compute b^2 n (n + 1) / 2 of the L^2 = (n b)^2 scores: (n + 1) / (2 n)
+    b = alibi_module.QUERY_BLOCK
+    n = length // b
+    blocks = alibi_module._alibi_mask_blocks(
+        1, length, length, True, torch.float32, torch.device("cpu"))
+    alibi_module._MASK_CACHE.clear()
+    computed = sum((stop - start) * keys for start, stop, keys, _ in blocks)
+    assert computed * 2 * n == (n + 1) * length**2
+    assert len(blocks) == n
+
+
+def test_flex_attention_is_compiled_with_static_shapes():
+    # chapter 13: "the course compiles with static shapes
+    # (torch.compile(flex_attention, dynamic=False))"
+    from course_lib import _flex
+
+    src = inspect.getsource(_flex.compiled_flex_attention)
+    assert "torch.compile(flex_attention, dynamic=False)" in src
+    assert isinstance(torch._dynamo.config.recompile_limit, int)
+    assert torch._dynamo.config.recompile_limit >= 1
+
+
+# --------------------------------------------------------------------------
+# Chapter 13: the class edition hides the listings that answer exercise 4
+
+
+def test_class_edition_hides_the_interleaved_rotation_listings():
+    text = CH13.read_text()
+    guarded = re.findall(
+        r"::::\{only\} not class_edition\n(.*?)\n::::", text, flags=re.S)
+    for name in ("_rotate", "_rotate_cached"):
+        includes = re.findall(rf":pyobject: {name}\n", text)
+        inside = [g for g in guarded if f":pyobject: {name}\n" in g]
+        assert includes and len(inside) == len(includes), name
+
+
+# --------------------------------------------------------------------------
+# Chapter 13: its words against the stored benchmark run
+
+
+def _sections(text: str) -> dict[str, str]:
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {t.strip(): b for t, b in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _table(body: str) -> list[dict[str, str]]:
+    lines = [s for s in body.splitlines() if s.startswith("|")]
+    cells = [[c.strip() for c in s.strip("|").split("|")] for s in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+def _section(prefix: str) -> str:
+    (body,) = [b for t, b in _sections(REPORT.read_text()).items()
+               if t.startswith(prefix)]
+    return body
+
+
+def _value(rows, size, name, column):
+    (row,) = [r for r in rows if r["size"] == size
+              and r["implementation"].startswith(name)]
+    (key,) = [c for c in row if c.startswith(column)]
+    return float(row[key].split()[0])
+
+
+def _ms(cell: str) -> float:
+    value, unit = cell.split()
+    return float(value) * {"s": 1e3, "ms": 1.0, "µs": 1e-3}[unit]
+
+
+SMALL, BIG = "[4, 8, 1024, 64]", "[1, 32, 4096, 128]"
+
+
+def test_stored_run_is_the_one_the_chapter_describes():
+    # "the stored run uses one thread and the CPU time of the process"
+    header = REPORT.read_text().split("\n## ", 1)[0]
+    assert " 1 thread(s)" in header
+    assert "Clock: cpu time" in header
+    assert "Load average at the start" in header
+
+
+@pytest.mark.parametrize("size", [SMALL, BIG])
+def test_rope_words_hold_in_the_stored_run(size):
+    rows = _table(_section("RoPE"))
+
+    def clones(name):
+        return _value(rows, size, name, "× clone")
+
+    peer = min(clones("HF Llama"), clones("rotary-embedding-torch"))
+    inter = clones("course_lib RotaryEmbedding interleaved (cached)")
+    half = clones("course_lib RotaryEmbedding half (cached)")
+    # "times faster than the faster of the two peers", "than the peers"
+    assert peer > inter and peer > half
+    # "either way it does three operations on every element where the interleaved
+    # form does one": rotate-half is the slower of the two fast forms
+    assert half > inter
+    # "the naive complex form ... is nearly as fast as the cached one", and both are
+    # far from the reference forms (what made the reference slow was the temporaries)
+    naive = clones("naive complex form")
+    refs = [clones("course_lib apply_rope interleaved (reference"),
+            clones("course_lib apply_rope half (reference")]
+    assert naive < min(refs) / 2 and inter < min(refs) / 2
+    assert naive / inter < 1.25
+    # "the reference forms themselves sit with the peers": within a factor of the
+    # peers' range, not with the fast forms
+    peers = [clones("HF Llama"), clones("rotary-embedding-torch")]
+    for r in refs:
+        assert min(peers) / 2.5 < r < max(peers) * 2.5
+    # with out=, the rotations cost at least a copy (a copy is the floor)
+    for convention in ("interleaved", "half"):
+        name = f"course_lib RotaryEmbedding {convention}, out="
+        assert _value(rows, size, name, "× copy") >= 0.95
+
+
+def test_allocator_words_hold_in_the_stored_run():
+    alloc = {(r["shape"], r["operation"]): r for r in _table(_section("Fresh output"))}
+    copy = "copy_() into a preallocated tensor"
+
+    def t(shape, op, column):
+        return _ms(alloc[shape, op][column])
+
+    # "with the default settings the small tensor is reused from the heap and a clone
+    # costs about what a copy costs"
+    assert t(SMALL, "clone()", "default glibc") < 1.5 * t(SMALL, copy, "default glibc")
+    # "the big tensor is above the 32 MiB ceiling and every clone faults in all its
+    # pages again"
+    assert t(BIG, "clone()", "default glibc") > 2 * t(BIG, copy, "default glibc")
+    # "keep the heap and the clone drops to about a copy"
+    assert t(BIG, "clone()", "keep the heap") < 1.5 * t(BIG, copy, "keep the heap")
+    # "force every block through mmap and even the small tensor pays"
+    assert t(SMALL, "clone()", "always mmap") > 2 * t(SMALL, "clone()", "default glibc")
+    # the sizes the text glues: 8 and 64 MiB of float32, below and above 32 MiB
+    assert 4 * 8 * 1024 * 64 * 4 < 32 * 2**20 < 1 * 32 * 4096 * 128 * 4
+
+
+@pytest.mark.parametrize("size", ["1024", "2048"])
+def test_alibi_words_hold_in_the_stored_run(size):
+    rows = _table(_section("ALiBi"))
+    floor = "× SDPA"
+    fast = _value(rows, size, "course_lib alibi_attention", floor)
+    whole = _value(rows, size, "SDPA + cached 4-D", floor)
+    three_d = _value(rows, size, "SDPA + 3-D", floor)
+    # "... times as fast as the faster x-transformers path"
+    assert _value(rows, size, "course_lib alibi_attention",
+                  "speed-up over x-transformers") > 1
+    # the whole mask takes longer than the blocks, and the 3-D mask longer still
+    assert whole > fast and three_d > whole
+    # "the readable reference needs ... MiB, the two course fast paths ... at most"
+    def mem(name):
+        return _value(rows, size, name, "peak extra memory")
+
+    assert mem("naive") > 4 * max(mem("course_lib alibi_attention"),
+                                  mem("course_lib alibi_flex_attention"))
+
+
+def test_transformer_xl_sinusoidal_and_grading_words_hold_in_the_stored_run():
+    xl = _table(_section("Transformer-XL"))
+    for size in ("512, 1024", "1024, 2048"):
+        gather = _value(xl, size, "explicit index gather", "× course_lib")
+        naive = _value(xl, size, "naive", "× course_lib")
+        assert 1 < gather < naive  # the shift is fastest, the pairs slowest
+        mem = {n: _value(xl, size, n, "peak extra memory")
+               for n in ("course_lib", "explicit index gather", "naive")}
+        assert mem["course_lib"] < mem["explicit index gather"] < mem["naive"]
+    sin = _table(_section("Sinusoidal"))
+    assert _value(sin, "2048, 512", "double Python", "× course_lib") > 1
+    # grading: the warm start beats the cold one, and both two-worker runs gain more
+    # than two cores alone could give ("the rest of the gain is process starts that
+    # no longer happen")
+    grading = _section("Autograde throughput")
+    blocks = [b.strip() for b in re.split(r"\n\s*\n", grading)]
+    classes = {}
+    for text, tbl in zip(blocks, blocks[1:], strict=False):
+        found = re.match(r"(\d+) submissions of", text)
+        if found and tbl.startswith("|"):
+            classes[int(found.group(1))] = _table(tbl)
+    assert len(classes) >= 2
+
+    def wall(rows, name):
+        (row,) = [r for r in rows if r["command"].startswith(name)]
+        return float(row["wall (s)"])
+
+    for rows in classes.values():
+        seq = wall(rows, "nbgrader autograde (sequential)")
+        warm = wall(rows, "course autograde --jobs 2 (sandboxed, warm")
+        cold = wall(rows, "course autograde --jobs 2 (sandboxed, cold")
+        assert warm < cold and seq / warm > 2
+    # course check: "most of the wait is that one import torch"
+    check = next(_table(b) for b in blocks if b.startswith("| command (new process)"))
+
+    def median(prefix):
+        (row,) = [r for r in check if r["command (new process)"].startswith(prefix)]
+        return float(row["median wall (s)"])
+
+    assert median("`python -c 'import torch'") > 0.5 * median("`course check")
+
+
+def test_chapter_13_glues_the_numbers_it_derives():
+    text = CH13.read_text()
+    # sizes and page counts come from code, not from typing
+    for name in ("page_kib", "small_mib", "big_mib", "xl_pairs_gib", "query_block",
+                 "recompile_limit", "torch_version", "alibi_explained",
+                 "alibi_flex_vs"):
+        assert f"{{glue:text}}`{name}" in text, name
+    prose = re.sub(r"```.*?```", " ", text, flags=re.S)
+    for typed in ("4 GiB of float32", "blocks of 256", "one page (4 KiB)",
+                  "the 8 MiB tensor", "the 64 MiB tensor"):
+        assert typed not in prose, typed
+
+
+# --------------------------------------------------------------------------
+# Chapter 12
+
+
+class _Counting(torch.nn.Module):
+    """A stand-in model that counts the token positions it is asked to process."""
+
+    def __init__(self, vocab: int = 256) -> None:
+        super().__init__()
+        self.vocab, self.positions = vocab, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.positions += x.numel()
+        return torch.zeros(*x.shape, self.vocab)  # (B, T, vocab)
+
+
+@pytest.mark.parametrize("mult", [2, 4, 8])
+def test_sliding_window_processes_nearly_T_over_L_positions_per_scored_token(mult):
+    # chapter 12: "it processes nearly T/L times as many token positions per scored
+    # token" (one window of T for every L scored tokens; the first window scores all)
+    from course_lib.experiments.lm import nll_blocks
+
+    L, n = 16, 4096
+    T = mult * L
+    data = torch.randint(0, 256, (n + 1,), generator=torch.Generator().manual_seed(0))
+    model = _Counting()
+    _, counts = nll_blocks(model, data, T, stride=L)
+    ratio = model.positions / float(counts.sum())
+    assert ratio <= T / L
+    assert ratio > 0.9 * T / L
+    model = _Counting()
+    _, counts = nll_blocks(model, data, T)  # non-overlapping: one pass per token
+    assert model.positions == counts.sum()
+
+
+def test_lm_figure_bands_are_the_stored_intervals():
+    # viz.plot_lm_perplexity: the band of each line is the record's [low, high]
+    import numpy as np
+
+    from course_lib import viz
+
+    record = json.loads(LM_RESULTS.read_text())
+    fig = viz.plot_lm_perplexity(record)
+    ax = fig.axes[0]
+    methods = list(record["perplexity"]["nonoverlap"])
+    assert len(ax.collections) == len(methods)
+    for band, method in zip(ax.collections, methods, strict=True):
+        per = record["perplexity"]["nonoverlap"][method]
+        ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+        for cell in per.values():
+            assert 1.0 <= cell["low"] <= cell["mean"] <= cell["high"]
+            for bound in (cell["low"], cell["high"]):
+                assert np.isclose(ys, bound, rtol=1e-9).any(), (method, bound)
+
+
+def test_chapter_12_glues_the_model_size_it_states():
+    text = CH12.read_text()
+    for name in ("n_layers", "steps", "train_kb", "L"):
+        assert f"{{glue:text}}`{name}" in text, name
+    assert "two-layer models" not in text
