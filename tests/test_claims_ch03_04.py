@@ -1,0 +1,282 @@
+"""Claims of chapters 3 (offsets are rotations) and 4 (RoPE) added by the review of
+issue 18, item 5: each computable sentence the review added or corrected is checked
+here, independently of the chapter's own cells.
+
+Chapter 3: a narrow head (W_Q W_K^T of rank d_k) still attends j places back; the
+hand-computation numbers of the summary are computed (glue), not typed.
+Chapter 4: what the real part of RoFormer's requirement admits (A^m q, A^-T^n k for any
+invertible A) and what the complex form rules out; the length factor must be geometric
+(a(m) = zeta^m) and gamma = 0 is forced by f(x, 0) = q; eq. 16 with non-square W_q, W_k;
+float32 angles at 2^17 and 2^20 positions; the GPT-NeoX float16 report (position 1857,
+pair 1 of a 32-dimensional head); RotaryEmbedding cast to bfloat16 rounds only its
+tables, while float16 frequencies do not; the all-ones decay caption.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import course_lib as cl
+
+ROOT = Path(__file__).resolve().parent.parent
+CH3 = ROOT / "book" / "03-rotation.md"
+CH4 = ROOT / "book" / "04-rope.md"
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)
+
+
+def _ccw(a: float) -> torch.Tensor:
+    return torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
+                        dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------------------
+# Chapter 3
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("d_k", "j"), [(2, 1), (8, 3), (16, 10), (64, 5)])
+def test_narrow_head_still_attends_j_places_back(d_k: int, j: int) -> None:
+    """W_Q = first d_k coordinates, W_K = M(j)^T W_Q: rank d_k, and the score is
+    sum over the kept pairs of cos((p - q - j) w_i), largest at q = p - j."""
+    d_model, n = 64, 50
+    pe = cl.sinusoidal_encoding(n, d_model).double()
+    w_q = torch.eye(d_model, dtype=torch.float64)[:, :d_k]
+    w_k = cl.offset_matrix(j, d_model, dtype=torch.float64).T @ w_q
+    assert torch.linalg.matrix_rank(w_q @ w_k.T).item() == d_k
+    scores = (pe @ w_q) @ (pe @ w_k).T  # (n, n)
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    offsets = torch.arange(n)[:, None] - torch.arange(n)[None, :] - j  # p - q - j
+    expected = torch.cos(offsets[..., None] * omega[: d_k // 2]).sum(-1)
+    torch.testing.assert_close(scores, expected, atol=1e-6, rtol=0)
+    assert torch.equal(scores[j:].argmax(-1), torch.arange(n - j))
+
+
+def test_chapter_3_numbers_are_glued_and_right() -> None:
+    """The summary's dot products and the 'cos 5' and '2 pi - 6' remarks come from glue,
+    and the glued expressions give the rounded values the text shows."""
+    text = CH3.read_text(encoding="utf-8")
+    for name, fmt in (("dot_offset_1", ".4f"), ("dot_offset_5", ".4f"),
+                      ("cos_5", ".2f"), ("two_pi_minus_6", ".2f")):
+        assert f"{{glue:text}}`{name}:{fmt}`" in text
+        assert f'glue("{name}"' in text
+    for typed in ("1.5403", "1.2824", "0.28$"):
+        assert typed not in text
+    assert f"{math.cos(1) + math.cos(0.01):.4f}" == "1.5403"
+    assert f"{math.cos(5) + math.cos(0.05):.4f}" == "1.2824"
+    assert f"{math.cos(5):.2f}" == f"{2 * math.pi - 6:.2f}" == "0.28"
+
+
+# --------------------------------------------------------------------------------------
+# Chapter 4: the requirement
+# --------------------------------------------------------------------------------------
+
+
+def _as_complex(v: torch.Tensor) -> complex:
+    return complex(v[0].item(), v[1].item())
+
+
+@pytest.mark.parametrize("kind", ["random", "stretch", "scaled_rotation"])
+def test_real_requirement_admits_any_invertible_matrix(gen, kind: str) -> None:
+    """Queries A^m q and keys (A^-T)^n k give offset-only dot products for any
+    invertible A; the complex product q_m conj(k_n) is offset-only only when A is a
+    scaled rotation zeta R(theta) (its imaginary part rules stretches out)."""
+    q, k = torch.randn(2, 2, generator=gen, dtype=torch.float64)
+    if kind == "random":
+        a = torch.randn(2, 2, generator=gen, dtype=torch.float64) + 2 * torch.eye(
+            2, dtype=torch.float64)
+        a = a / abs(torch.linalg.det(a).item()) ** 0.5  # |det A| = 1
+    elif kind == "stretch":
+        a = torch.diag(torch.tensor([1.1, 0.9], dtype=torch.float64))
+    else:
+        a = 0.95 * _ccw(0.7)
+    assert abs(torch.linalg.det(a).item()) > 1e-3
+    a_inv_t = torch.linalg.inv(a).T
+
+    def power(mat, e):
+        return torch.linalg.matrix_power(mat, e)
+
+    placements = [(1, 0), (3, 2), (5, 4), (2, 4), (4, 6)]
+    by_offset: dict[int, list[tuple[float, complex]]] = {}
+    scale = 1.0
+    for m, n in placements:
+        qm, kn = power(a, m) @ q, power(a_inv_t, n) @ k
+        scale = max(scale, (qm.norm() * kn.norm()).item())
+        prod = _as_complex(qm) * _as_complex(kn).conjugate()
+        by_offset.setdefault(m - n, []).append(((qm @ kn).item(), prod))
+    for values in by_offset.values():
+        dots = [v[0] for v in values]
+        assert max(dots) - min(dots) < 1e-12 * scale  # the real requirement holds
+        assert dots[0] == pytest.approx(values[0][1].real, abs=1e-12)
+    imag_spread = max(
+        max(v[1].imag for v in vals) - min(v[1].imag for v in vals)
+        for vals in by_offset.values()
+    )
+    if kind == "scaled_rotation":
+        assert imag_spread < 1e-9
+    else:
+        assert imag_spread > 1e-3
+
+
+def test_length_factor_must_be_geometric_and_gamma_is_forced(gen) -> None:
+    """a(m) on queries and 1/a(n) on keys keep the score offset-only when
+    a(m) = zeta^m, not for a(m) = 1 + 0.1 m; a phase gamma at position 0 breaks
+    f(x, 0) = q."""
+    q, k = torch.randn(2, 2, generator=gen, dtype=torch.float64)
+    theta = 0.4
+
+    def score(a, m, n):
+        return ((a(m) * _ccw(m * theta) @ q) @ (_ccw(n * theta) @ k / a(n))).item()
+
+    for a, offset_only in ((lambda p: 0.9**p, True), (lambda p: 1 + 0.1 * p, False)):
+        same = [score(a, m, m - 1) for m in (1, 4, 9)]
+        assert (max(same) - min(same) < 1e-9) is offset_only
+    gamma = 0.3
+    f_at_0 = _ccw(0 * theta + gamma) @ q
+    assert (f_at_0 - q).abs().max() > 1e-2  # gamma != 0 moves q at position 0
+
+
+@pytest.mark.parametrize(("d", "d_model"), [(2, 5), (8, 12), (16, 6)])
+def test_eq_16_with_rectangular_projections(gen, d: int, d_model: int) -> None:
+    """(rope-score): (R_m W_q x_m)^T (R_n W_k x_n) = x_m^T W_q^T R_{n-m} W_k x_n, the
+    transpose on W_q included, for W_q, W_k of shape (d, d_model)."""
+    w_q, w_k = torch.randn(2, d, d_model, generator=gen, dtype=torch.float64)
+    x_m, x_n = torch.randn(2, d_model, generator=gen, dtype=torch.float64)
+    theta = cl.rope_frequencies(d, dtype=torch.float64)
+
+    def big_r(pos):
+        return torch.block_diag(*[_ccw(pos * t) for t in theta.tolist()])
+
+    for m, n in ((0, 0), (5, 2), (3, 11), (400, 399)):
+        lhs = (big_r(m) @ w_q @ x_m) @ (big_r(n) @ w_k @ x_n)
+        rhs = x_m @ w_q.T @ big_r(n - m) @ w_k @ x_n
+        assert lhs.item() == pytest.approx(rhs.item(), abs=1e-9)
+
+
+# --------------------------------------------------------------------------------------
+# Chapter 4: precision
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [2**17, 2**20])
+def test_float32_angles_at_long_positions(length: int) -> None:
+    """Angles m theta_i computed in float32 (frequency and product rounded) are off by
+    at most m theta_i 2^-23, and their cosines by more than bfloat16's 2^-9 rounding
+    near 2^17 and 2^20 positions; the library's angles are float64."""
+    theta = cl.rope_frequencies(128, base=500_000.0, dtype=torch.float64)
+    m = torch.arange(length - 4096, length)
+    exact = m.double()[:, None] * theta
+    in_f32 = (m.float()[:, None] * theta.float()).double()
+    err = (in_f32 - exact).abs()
+    assert (err <= exact * 2.0**-23 * (1 + 1e-6)).all()
+    cos_err = (in_f32.cos() - exact.cos()).abs().max().item()
+    assert cos_err > 2.0**-9
+    assert cos_err <= err.max().item() + 1e-12
+    if length == 2**20:
+        short = 2**17
+        m_s = torch.arange(short - 4096, short)
+        ex_s = m_s.double()[:, None] * theta
+        f_s = (m_s.float()[:, None] * theta.float()).double()
+        assert cos_err > (f_s.cos() - ex_s.cos()).abs().max().item()
+    lib = cl.rope_angles(m, 128, base=500_000.0)
+    assert lib.dtype == torch.float64
+    torch.testing.assert_close(lib, exact, rtol=4 * 2.0**-52, atol=0)
+
+
+def test_gpt_neox_float16_report() -> None:
+    """EleutherAI/gpt-neox issue 1003: head_dim 32, position 1857, feature 1: the
+    float32 angle is 1044.2678, the float16 one 1045, and the cosines differ by
+    more than 0.5."""
+    theta_1 = cl.rope_frequencies(32)[1]
+    assert theta_1.item() == pytest.approx(10000.0 ** (-2 / 32), rel=1e-7)
+    angle_f32 = 1857 * theta_1
+    assert angle_f32.item() == pytest.approx(1044.2678, abs=1e-3)
+    angle_f16 = torch.tensor(1857.0).half() * theta_1.half()
+    assert angle_f16.item() == 1045.0
+    diff = abs(math.cos(1045.0) - math.cos(angle_f32.item()))
+    assert diff > 0.5
+    assert diff == pytest.approx(
+        (angle_f16.float().cos() - angle_f32.cos()).abs().item(), abs=1e-5)
+
+
+def test_module_cast_to_bfloat16_rounds_only_its_tables(gen) -> None:
+    """RotaryEmbedding(...).to(torch.bfloat16) holds bfloat16 cos/sin tables and
+    rotates within (|a| + |b|) 2^-9 of the float64 rotation; rotating with float16
+    frequencies is off by far more."""
+    q = torch.randn(2, 6, 128, generator=gen, dtype=torch.float64)
+    pos = torch.arange(4000, 4006)
+    reference = cl.apply_rope(q, pos)
+    rope = cl.RotaryEmbedding(128, max_seq_len=4096).to(torch.bfloat16)
+    assert rope.cos_cached.dtype == torch.bfloat16
+    got = rope(q, pos)
+    a, b = q[..., 0::2], q[..., 1::2]
+    bound = ((a.abs() + b.abs()) * 2.0**-9).repeat_interleave(2, dim=-1)
+    assert ((got - reference).abs() <= bound + 1e-12).all()
+    theta_f16 = cl.rope_frequencies(128, dtype=torch.float16).double()
+    angles = pos.double()[:, None] * theta_f16
+    pairs = torch.view_as_complex(q.reshape(2, 6, 64, 2).contiguous())
+    wrong = torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles))
+    assert (wrong.flatten(-2) - reference).abs().max() > 0.2
+
+
+# --------------------------------------------------------------------------------------
+# Chapter 4: figure captions and text
+# --------------------------------------------------------------------------------------
+
+
+def test_all_ones_decay_caption() -> None:
+    """Figure fig-rope-decay, right panel: (2/d) sum_i cos(r theta_i) for d = 128 falls
+    from 1 at r = 0 to about 0.3 at r = 250 (caption)."""
+    theta = cl.rope_frequencies(128, dtype=torch.float64)
+    ones = torch.ones(1, 251, 128, dtype=torch.float64)
+    rotated = cl.apply_rope(ones)[0]  # positions 0..250
+    score = rotated @ rotated[0] / 128
+    assert score[0].item() == pytest.approx(1.0)
+    torch.testing.assert_close(score, (2 / 128) * torch.cos(
+        torch.arange(251, dtype=torch.float64)[:, None] * theta).sum(-1))
+    assert score[250].item() == pytest.approx(0.3, abs=0.05)
+    assert "falls from 1 to about 0.3 over 250 positions" in CH4.read_text("utf-8")
+
+
+def test_chapter_4_states_the_papers_conventions() -> None:
+    """The review's notes on RoFormer's own text stay in the chapter: §3.4.1 writes
+    n - m, eq. 16 drops the transpose, gamma = 0 is forced; theta_q, theta_k are
+    renamed psi (theta is the frequency); the precision numbers are glued."""
+    text = CH4.read_text(encoding="utf-8")
+    for phrase in ("§3.4.1 writes the same steps with the offset as $n - m$",
+                   "prints $W_q$ where $W_q^\\top$ is meant",
+                   "already forces it", "RoFormer calls them $\\theta_q$",
+                   "{cite}`gptneox2023rotaryfp16`", "{cite}`hf2024ropeprecision`",
+                   "{cite}`meta2023llamacode`"):
+        assert phrase in text, phrase
+    assert not re.search(r"\\theta_q\s*-|\\theta_k\s*-|\+ \\theta_k", text)
+    for name in ("f32_cos_128k", "f32_cos_1m", "f64_err_1m", "neox_cos_err"):
+        assert f'glue("{name}"' in text and f"{{glue:text}}`{name}:" in text
+
+
+def test_abel_bound_is_hundreds_of_times_the_score() -> None:
+    """Chapter 4: the bound of (rope-abel) is 'very loose (hundreds to thousands here,
+    against scores of a few units)': for random Gaussian q, k with d = 64 the bound is
+    above 100 and typically more than 50 times the score."""
+    theta = cl.rope_frequencies(64, dtype=torch.float64)
+    ratios = []
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        q, k = torch.randn(2, 64, generator=g, dtype=torch.float64)
+        h = torch.complex(q[0::2], q[1::2]) * torch.complex(k[0::2], k[1::2]).conj()
+        h_next = torch.cat((h[1:], torch.zeros(1, dtype=h.dtype)))
+        for r in (0, 5, 50, 500):
+            e = torch.polar(torch.ones_like(theta), r * theta)
+            score = (h * e).sum().real.abs().item()
+            bound = ((h_next - h).abs().max() * e.cumsum(0).abs().sum()).item()
+            assert score <= bound and bound > 100
+            ratios.append(bound / max(score, 1e-12))
+    assert sorted(ratios)[len(ratios) // 2] > 50
