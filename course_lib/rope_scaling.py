@@ -266,9 +266,10 @@ def yarn_attention_factor(
 
         \sqrt{1/t} = 0.1 \ln s + 1 \quad (s > 1), \qquad 1 \quad (s \le 1);
 
-    with both ``mscale`` and ``mscale_all_dim`` (DeepSeek), the ratio
-    :math:`(0.1\,m \ln s + 1) / (0.1\,m_{all} \ln s + 1)`. The cos and sin tables are
-    multiplied by it, so the logits :math:`q^\top k` grow by its square.
+    with both ``mscale`` (:math:`\kappa`) and ``mscale_all_dim``
+    (:math:`\kappa_{all}`, DeepSeek), the ratio
+    :math:`(0.1\,\kappa \ln s + 1) / (0.1\,\kappa_{all} \ln s + 1)`. The cos and sin
+    tables are multiplied by it, so the logits :math:`q^\top k` grow by its square.
     """
 
     def get(scale: float, m: float = 1.0) -> float:
@@ -322,8 +323,7 @@ def llama3_scaled_frequencies(
     Args:
         inv_freq: the trained frequencies :math:`\theta`, a 1-D floating tensor of
             positive numbers ``(n_pairs,)``.
-        factor: context extension factor :math:`s \ge 1` (for ``"dynamic"``: the
-            slope :math:`a` of Hugging Face's rule, or ``None`` for the paper's rule).
+        factor: context extension factor :math:`s \ge 1` (Llama 3.1: 8).
         original_max_position: training length :math:`L`.
         low_freq_factor: :math:`\alpha`; wavelengths above :math:`L/\alpha` are
             interpolated.

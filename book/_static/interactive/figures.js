@@ -168,14 +168,14 @@
     });
   };
 
-  // YaRN: the ramp gamma_i per pair, and theta_i against theta'_i (log scale).
+  // YaRN: the index ramp rho_i per pair, and theta_i against theta'_i (log scale).
   draw.yarn = function (svg, fig, entry, idx) {
     var n = entry.ramp.length, theta = fig.theta[String(idx[3])];
     svg.setAttribute("viewBox", "0 0 640 260");
     var left = {x: 50, y: 24, w: 240, h: 170}, right = {x: 370, y: 24, w: 250, h: 170};
     var xt = [0, n / 4, n / 2, 3 * n / 4, n - 1];
     var a = axes(svg, left, [0, n - 1], [0, 1], {xticks: xt, yticks: [0, 0.5, 1],
-      xlabel: "pair i", ylabel: "\u03b3_i", title: "ramp: 0 kept, 1 interpolated"});
+      xlabel: "pair i", ylabel: "\u03c1_i", title: "ramp: 0 kept, 1 interpolated"});
     [entry.low, entry.high].forEach(function (edge) {
       if (edge <= n - 1) {
         el(svg, "line", {"class": "pe-edge", x1: r2(a.x(edge)), x2: r2(a.x(edge)),

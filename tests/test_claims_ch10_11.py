@@ -1,0 +1,301 @@
+"""Claims of chapters 10 (the length-extrapolation lab) and 11 (longer contexts for
+RoPE) that the review of issue 18 (item 5) added or corrected, checked against the
+library, the stored lab results, Hugging Face's code, or the chapter's own text.
+
+Sources the chapters were checked against (not computable, listed for the record):
+YaRN arXiv v2 (sections 3.1-3.4, appendices A.1, A.2), Chen et al. 2023 (abstract,
+section 3.1), Llama 3 (section 3.4.2), Meta's ``apply_scaling``, LongRoPE (sections
+3.1-3.3), microsoft/LongRoPE ``rope/longrope.py``, Press et al. 2022 (section 2.2,
+appendix B.2), Kazemnejad et al. 2023 (sections 4, 5.1, 5.2), Liu et al. 2023
+(abstract).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import course_lib as cl
+from course_lib.experiments import TASKS, LabConfig, load_results
+from course_lib.experiments.train import lab_interval, trajectory
+
+ROOT = Path(__file__).resolve().parents[1]
+CH10 = ROOT / "book" / "10-extrapolation-lab.md"
+CH11 = ROOT / "book" / "11-long-context.md"
+F64 = torch.float64
+
+
+def _prose(path: Path) -> str:
+    """The chapter's text outside code cells (math and code spans kept)."""
+    text = re.sub(r"\A---\n.*?\n---\n", "", path.read_text(), flags=re.S)
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return load_results()
+
+
+# ---------------------------------------------------------------- chapter 11
+
+
+@pytest.mark.parametrize("d, base, L, s", [
+    (128, 10000.0, 2048, 4.0), (128, 10000.0, 4096, 8.0), (64, 10000.0, 512, 2.0),
+    (128, 500000.0, 8192, 8.0), (96, 1e6, 32768, 4.0),
+])
+def test_ntk_aware_under_extends_every_partial_turn_pair_but_the_last(d, base, L, s):
+    """Chapter 11: at length sL every pair that did not complete a turn in L tokens,
+    except the slowest, turns further than in training under NTK-aware scaling (it is
+    slowed by s^(2i/(d-2)) < s); position interpolation keeps them all inside."""
+    theta = cl.rope_frequencies(d, base=base, dtype=F64)
+    partial = (2 * math.pi / theta) > L  # (d/2,) saw only part of the circle
+    assert bool(partial[-1])  # the configurations have partial-turn pairs
+    ntk, _ = cl.rope_scaled_frequencies(d, base=base, method="ntk", factor=s, dtype=F64)
+    pi, _ = cl.rope_scaled_frequencies(d, base=base, method="linear", factor=s,
+                                       dtype=F64)
+    slack = 1 + 1e-12  # float64 products of a few roundings, far below any gap here
+    beyond_ntk = partial & (s * L * ntk > L * theta * slack)
+    beyond_pi = partial & (s * L * pi > L * theta * slack)
+    assert int(beyond_ntk.sum()) == int(partial.sum()) - 1
+    assert not bool(beyond_ntk[-1])  # the slowest pair is slowed by exactly s
+    assert int(beyond_pi.sum()) == 0
+
+
+@pytest.mark.parametrize("s", [1.5, 4.0, 16.0, 40.0])
+def test_yarn_temperature_sharpens_the_softmax(s):
+    """sqrt(1/t) = 0.1 ln s + 1 > 1 for s > 1: the logits grow by its square, and the
+    softmax of any non-constant logits loses entropy (chapter 11, YaRN section 3.4)."""
+    a = cl.yarn_attention_factor(s)
+    assert math.isclose(a, 0.1 * math.log(s) + 1, rel_tol=1e-15)
+    assert a > 1
+    logits = torch.randn(1000, dtype=F64, generator=torch.Generator().manual_seed(0))
+
+    def entropy(z):
+        p = z.softmax(-1)
+        return float(-(p * p.log()).sum())
+
+    assert entropy(a * a * logits) < entropy(logits)
+    assert cl.yarn_attention_factor(1.0) == cl.yarn_attention_factor(0.5) == 1.0
+
+
+def test_deepseek_equal_mscales_move_the_temperature_into_the_softmax_scale():
+    """kappa = kappa_all: the factor on the cos/sin tables is 1, and Hugging Face's
+    DeepSeek-V3 attention multiplies its softmax scale by (0.1 kappa_all ln s + 1)^2."""
+    pytest.importorskip("transformers")
+    ds = pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3")
+    for s, kappa in ((40.0, 1.0), (40.0, 0.707), (4.0, 1.0)):
+        assert cl.yarn_attention_factor(s, kappa, kappa) == 1.0
+        params = {"rope_type": "yarn", "factor": s, "mscale": kappa,
+                  "mscale_all_dim": kappa, "original_max_position_embeddings": 4096}
+        scaled = ds.yarn_apply_mscale(params, 1.0)
+        assert math.isclose(scaled, (0.1 * kappa * math.log(s) + 1) ** 2,
+                            rel_tol=1e-14)
+
+
+@pytest.mark.parametrize("L, max_position", [(4096, 131072), (8192, 16384),
+                                             (2048, 2048)])
+def test_longrope_attention_factor_is_the_su_policy(L, max_position):
+    """The LongRoPE authors' default ("su") and Phi-3's code: with s = max_position /
+    L, the factor is sqrt(1 + ln s / ln L) (1 for s <= 1), and its square is
+    ln(sL) / ln L."""
+    d = 16
+    kw = dict(method="longrope", factor=None, original_max_position=L,
+              max_position=max_position, short_factor=[1.0] * (d // 2),
+              long_factor=[2.0] * (d // 2), dtype=F64)
+    _, att = cl.rope_scaled_frequencies(d, **kw)
+    s = max_position / L
+    su = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(L))
+    assert math.isclose(att, su, rel_tol=1e-15)
+    assert math.isclose(att**2, math.log(s * L) / math.log(L), rel_tol=1e-14)
+
+
+def test_dynamic_ntk_changes_the_rotation_of_earlier_tokens():
+    """Chapter 11 (YaRN section 3.3): when the dynamic factor changes, the rotation of
+    every earlier token changes too, so keys cached after RoPE are stale; pair 0 and
+    position 0 are the only parts that keep theirs."""
+    d, L = 16, 32
+    rope = cl.RotaryEmbedding(d, scaling={"method": "dynamic",
+                                          "original_max_position": L})
+    x = torch.randn(1, 1, 2 * L, d, dtype=F64, generator=torch.Generator().manual_seed(1))
+    short = rope(x[:, :, :L])  # length L: s = 1, plain RoPE
+    long = rope(x)[:, :, :L]  # length 2L: s = 2, the same first L tokens
+    plain = cl.RotaryEmbedding(d)(x[:, :, :L])  # no scaling
+    assert torch.allclose(short, plain, rtol=0, atol=1e-12)
+    assert torch.allclose(long[:, :, 0], short[:, :, 0], rtol=0, atol=1e-12)
+    moved = (long - short).norm(dim=-1)[0, 0, 1:]  # (L - 1,) positions 1 .. L-1
+    assert bool((moved > 1e-6).all())
+
+
+def test_scaled_rotary_tables_are_computed_in_float64():
+    """Chapter 11: RotaryEmbedding computes positions times frequencies in float64
+    under every scaling method, so near 2^17 tokens its cosines equal the float64
+    ones, where float32 angles are measurably off (more than bfloat16's 2^-9
+    rounding of a cosine)."""
+    d, base, L, n = 32, 500000.0, 8192, 2**17  # small head: tables of 2^17 rows
+    rope = cl.RotaryEmbedding(d, base=base, max_seq_len=n, scaling={
+        "method": "llama3", "factor": 8.0, "original_max_position": L})
+    assert rope.cos_cached.dtype == F64
+    inv, _ = cl.rope_scaled_frequencies(d, base=base, method="llama3", factor=8.0,
+                                        original_max_position=L, dtype=F64)
+    tail = torch.arange(n - 2048, n)
+    exact = (tail.double()[:, None] * inv).cos()  # (2048, d/2)
+    assert torch.allclose(rope.cos_cached[n - 2048:], exact, rtol=0, atol=1e-12)
+    in_f32 = (tail.float()[:, None] * inv.float()).double().cos()
+    assert float((in_f32 - exact).abs().max()) > 2.0**-9
+
+
+def test_hugging_face_has_no_static_ntk_type():
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    assert "ntk" not in ROPE_INIT_FUNCTIONS and "dynamic" in ROPE_INIT_FUNCTIONS
+    for hf_type in ("linear", "dynamic", "yarn", "llama3", "longrope"):
+        assert hf_type in ROPE_INIT_FUNCTIONS
+
+
+def test_chapter_11_states_the_labs_rope_result(stored):
+    """Chapter 11's opening: plain RoPE (base 10000) fell below its accuracy at L on
+    every task by 8L (the overlap rule of chapter 10 on the stored results)."""
+    assert "plain RoPE (base 10000) fell below" in _flat(_prose(CH11))
+    cfg = LabConfig.from_dict(stored["meta"]["settings"])
+    longest = cfg.lengths[-1]
+    assert longest == 8 * cfg.train_length
+    for task in cfg.tasks:
+        assert trajectory(stored["summary"], task, "rope")[longest] in ("lower",
+                                                                        "chance")
+
+
+def test_chapter_11_symbols_have_one_meaning():
+    """gamma is the paper's ramp (1 = keep), rho the code's index ramp (1 =
+    interpolate); m is a position, not DeepSeek's mscale; r counts turns, not a
+    distance."""
+    text = CH11.read_text()
+    assert r"\gamma_i" not in text and r"\rho_i" in text
+    assert "m_{\\text{all}}" not in text and r"\kappa_{\text{all}}" in text
+    assert r"\cos(r\theta" not in text
+
+
+def test_chapter_11_cites_only_verified_sections():
+    """Every section or appendix number chapter 11 cites was checked against its
+    paper: YaRN v2 3.1-3.4, A.1, A.2; Chen et al. 3.1; Llama 3 3.4.2; LongRoPE 3,
+    3.1-3.3. A new citation fails here until it is checked and added."""
+    text = _flat(CH11.read_text())
+    cited = set(re.findall(r"(?:section|sections|appendix|appendices)\s+"
+                           r"([A-Z]?\d+(?:\.\d+)*(?:\s+and\s+[A-Z]?\d+(?:\.\d+)*)?)",
+                           text, flags=re.I))
+    numbers = {n for c in cited for n in re.split(r"\s+and\s+", c)}
+    assert numbers <= {"3", "3.1", "3.2", "3.3", "3.4", "3.4.2", "A.1", "A.2"}, numbers
+    assert "arXiv version 2" in text
+    for phrase in ('"out of bound"', "section 3.3", "(section 3.4)", "appendix A.1",
+                   "section 3.4.2", "section 3.1)"):
+        assert phrase in text, phrase
+
+
+# ---------------------------------------------------------------- chapter 10
+
+
+def test_chapter_10_chance_levels_and_alphabet_follow_the_tasks():
+    text = _flat(_prose(CH10))
+    for task in ("ascending", "recall", "copy"):
+        m = re.search(rf"\*\*{task}\*\*.*?A uniform guess scores (\d+)/(\d+)\.", text)
+        assert m, task
+        num, den = map(int, m.groups())
+        assert num == 1 and den == TASKS[task].n_classes
+        assert math.isclose(TASKS[task].chance, 1 / den, rel_tol=1e-15)
+    symbols = int(re.search(r"the lab's (\d+) symbols", text).group(1))
+    assert symbols == TASKS["copy"].n_classes
+
+
+def test_chapter_10_statistics_follow_the_code(stored):
+    """Three seeds (t with 2 degrees of freedom) and 2000 bootstrap resamples, as the
+    chapter says; the stored intervals are lab_interval's with that default."""
+    text = _flat(_prose(CH10))
+    assert len(stored["meta"]["seeds"]) == 3 and "three seeds" in text
+    n_boot = inspect.signature(lab_interval).parameters["n_boot"].default
+    assert f"{n_boot} resamples" in text
+    row = next(r for r in stored["summary"] if "test_half" in r)
+    runs = [r for r in stored["runs"]
+            if (r["task"], r["method"]) == (row["task"], row["method"])]
+    info = stored["meta"]["test_sets"][row["task"]][str(row["length"])]
+    again = lab_interval([r["right"][str(row["length"])] for r in runs], info["scored"])
+    assert math.isclose(again["low"], row["low"], rel_tol=0, abs_tol=1e-12)
+    assert math.isclose(again["high"], row["high"], rel_tol=0, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("multiple", [1, 2, 4])
+def test_copy_target_sits_n_over_2_minus_1_back(multiple, stored):
+    """Chapter 10's reading of copy: at L the symbol to predict is L/2 - 1 tokens back,
+    at 2L it is L - 1 back (n/2 - 1 at length n)."""
+    L = stored["meta"]["settings"]["train_length"]
+    n = multiple * L
+    b = TASKS["copy"].sample(32, n, generator=torch.Generator().manual_seed(5))
+    back = n // 2 - 1
+    rows, cols = b.eval_mask.nonzero(as_tuple=True)
+    assert len(rows) > 0
+    assert torch.equal(b.targets[rows, cols], b.tokens[rows, cols - back])
+    if multiple == 2:
+        assert back == L - 1 and f"{{L - 1}} back" in CH10.read_text()
+
+
+def test_chapter_10_scale_is_computed_not_typed():
+    """The 'Scale' bullet takes the model's size from the stored settings (glue)."""
+    text = CH10.read_text()
+    bullet = re.search(r"- \*\*Scale\.\*\*(.*?)\n- \*\*", text, flags=re.S).group(1)
+    for name, key in (("lab_layers", "n_layers"), ("d_model", "d_model"),
+                      ("lab_heads", "n_heads"), ("lab_steps", "steps")):
+        assert f"{{glue:text}}`{name}`" in bullet
+        assert f'glue("{name}", settings["{key}"], display=False)' in text
+    assert not re.search(r"\d", re.sub(r"`[^`]*`", "", bullet)), bullet
+
+
+def test_chapter_10_describes_the_regression_test_it_cites():
+    source = (ROOT / "tests" / "test_experiments.py").read_text()
+    m = re.search(r"SMALL = LabConfig\(steps=(\d+), train_length=(\d+)", source)
+    steps, length = map(int, m.groups())
+    assert f"(length {length}, {steps} steps)" in _flat(_prose(CH10))
+
+
+def test_ex10_try_it_states_what_the_lab_found_on_recall(stored):
+    """ex10's 'Try it' says chapter 10 finds ALiBi close to 1.00 up to 8L on recall and
+    NoPE losing accuracy as the inputs grow."""
+    nb = (ROOT / "solutions" / "ex10_lab" / "ex10_lab.ipynb").read_text()
+    assert "ALiBi close to 1.00 up to $8L$" in nb.replace("\\n", " ")
+    rows = stored["summary"]
+    longest = max(r["length"] for r in rows)
+    alibi = {r["length"]: r for r in rows if (r["task"], r["method"]) == ("recall",
+                                                                         "alibi")}
+    assert all(round(r["mean"], 2) >= 0.99 for r in alibi.values())
+    assert trajectory(rows, "recall", "alibi")[longest] == "kept"
+    nope = sorted((r for r in rows if (r["task"], r["method"]) == ("recall", "none")),
+                  key=lambda r: r["length"])
+    means = [r["mean"] for r in nope]
+    assert means == sorted(means, reverse=True) and means[0] > means[-1]
+    assert trajectory(rows, "recall", "none")[longest] == "lower"
+
+
+def test_chapter_10_recall_reading_names_ropes_exception(stored):
+    """The recall reading ('a relative bias expresses offset 1 the same way at every
+    position') adds that RoPE, relative too, meets unseen angles past L, whenever the
+    stored RoPE run is not kept at 8L; with base 10000 and the lab's head size, most
+    RoPE pairs never complete a turn within L."""
+    from course_lib.experiments import rope_turning_pairs
+
+    settings = stored["meta"]["settings"]
+    head_dim = settings["d_model"] // settings["n_heads"]
+    L = settings["train_length"]
+    assert rope_turning_pairs(head_dim, L) < head_dim // 2
+    longest = max(r["length"] for r in stored["summary"])
+    category = trajectory(stored["summary"], "recall", "rope")[longest]
+    text = CH10.read_text()
+    assert 'rope_note = "" if rope_recall in ("kept", "higher") else' in text
+    assert "RoPE is relative too, but past $L$ its slow pairs" in text
+    assert category not in ("kept", "higher")  # so the note is printed today
