@@ -105,6 +105,33 @@ def test_alibi_attention_computes_the_share_of_scores_the_chapter_states(length)
     assert len(blocks) == n
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("convention", ["interleaved", "half"])
+def test_rotary_embedding_rotates_16_bit_inputs_in_float32(dtype, convention):
+    # chapter 13: "a bfloat16 or float16 tensor is rotated in float32 and rounded
+    # once at the end"
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 2, 5, 16, generator=g).to(dtype)
+    positions = torch.arange(1500, 1505)  # where a 16-bit angle is off by radians
+    rope = cl.RotaryEmbedding(16, convention=convention)
+    once = cl.apply_rope(x.double(), positions, convention=convention)
+    assert torch.equal(rope(x, positions), rope(x.float(), positions).to(dtype))
+    # rounded once: within half a unit in the last place of the exact result
+    eps = torch.finfo(dtype).eps
+    err = (rope(x, positions).double() - once).abs()
+    assert bool((err <= once.abs() * eps / 2 + 1e-6).all())
+
+
+def test_bfloat16_steps_by_8_between_1024_and_2048():
+    # chapter 13: "bfloat16 keeps 8 significant bits, so between 1024 and 2048 it
+    # steps by 8 and an angle there is off by up to 4 radians"
+    assert torch.finfo(torch.bfloat16).eps == 2.0**-7  # 8 significant bits
+    m = torch.arange(1024, 2048, dtype=torch.float64)
+    rounded = m.to(torch.bfloat16).double()
+    assert torch.equal(torch.unique(rounded), torch.arange(1024, 2049, 8).double())
+    assert float((rounded - m).abs().max()) == 4.0
+
+
 def test_flex_attention_is_compiled_with_static_shapes():
     # chapter 13: "the course compiles with static shapes
     # (torch.compile(flex_attention, dynamic=False))"
