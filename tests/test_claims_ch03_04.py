@@ -280,3 +280,20 @@ def test_abel_bound_is_hundreds_of_times_the_score() -> None:
             assert score <= bound and bound > 100
             ratios.append(bound / max(score, 1e-12))
     assert sorted(ratios)[len(ratios) // 2] > 50
+
+
+@pytest.mark.parametrize("r", [10, 100, 250, 1000])
+def test_larger_base_shifts_the_decay_to_longer_distances(r: int) -> None:
+    """Chapter 4, the base: with base 500 000 both RoFormer's bound factor
+    (1/(d/2)) sum_j |S_j| and the all-ones score (2/d) sum_i cos(r theta_i) are larger
+    at distance r than with base 10 000 (d = 128)."""
+    values = {}
+    for base in (10_000.0, 500_000.0):
+        theta = cl.rope_frequencies(128, base=base, dtype=torch.float64)
+        e = torch.polar(torch.ones_like(theta), r * theta)
+        values[base] = (e.cumsum(0).abs().mean().item(),
+                        (2 / 128) * torch.cos(r * theta).sum().item())
+    assert values[500_000.0][0] > values[10_000.0][0]
+    assert values[500_000.0][1] > values[10_000.0][1]
+    assert "at a distance of 250, the bound factor and the all-ones score" in \
+        CH4.read_text("utf-8").replace("\n", " ")
