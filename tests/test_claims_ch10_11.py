@@ -125,7 +125,8 @@ def test_dynamic_ntk_changes_the_rotation_of_earlier_tokens():
     d, L = 16, 32
     rope = cl.RotaryEmbedding(d, scaling={"method": "dynamic",
                                           "original_max_position": L})
-    x = torch.randn(1, 1, 2 * L, d, dtype=F64, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 1, 2 * L, d, dtype=F64, generator=gen)  # (B, H, 2L, d)
     short = rope(x[:, :, :L])  # length L: s = 1, plain RoPE
     long = rope(x)[:, :, :L]  # length 2L: s = 2, the same first L tokens
     plain = cl.RotaryEmbedding(d)(x[:, :, :L])  # no scaling
@@ -243,7 +244,7 @@ def test_copy_target_sits_n_over_2_minus_1_back(multiple, stored):
     assert len(rows) > 0
     assert torch.equal(b.targets[rows, cols], b.tokens[rows, cols - back])
     if multiple == 2:
-        assert back == L - 1 and f"{{L - 1}} back" in CH10.read_text()
+        assert back == L - 1 and "{L - 1} back" in CH10.read_text()
 
 
 def test_chapter_10_scale_is_computed_not_typed():
@@ -299,3 +300,18 @@ def test_chapter_10_recall_reading_names_ropes_exception(stored):
     assert 'rope_note = "" if rope_recall in ("kept", "higher") else' in text
     assert "RoPE is relative too, but past $L$ its slow pairs" in text
     assert category not in ("kept", "higher")  # so the note is printed today
+
+
+def test_chapter_10_describes_the_runs_and_the_canary(stored):
+    """'Runs go to two worker processes with one thread each' and 'the training
+    losses of six steps of every method': the stored run and the canary's config."""
+    from course_lib.experiments.train import CANARY
+
+    text = _flat(_prose(CH10))
+    words = {2: "two", 6: "six"}
+    assert stored["meta"]["workers"] == 2 and stored["meta"]["threads_per_worker"] == 1
+    assert "worker processes with one thread each" in text
+    assert f"Runs go to {words[stored['meta']['workers']]} worker processes" in text
+    assert f"the training losses of {words[CANARY.steps]} steps" in text
+    assert len(stored["meta"]["canary"]) == len(stored["meta"]["settings"]["methods"])
+    assert all(len(v) == CANARY.steps for v in stored["meta"]["canary"].values())
