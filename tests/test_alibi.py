@@ -1,4 +1,4 @@
-"""ALiBi: slopes by the paper's rule, the bias, the cached module, KV-cache decoding."""
+"""ALiBi: slopes by the authors' code, the bias, the cached module, KV caches."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from course_lib import ALiBi, alibi_attention, alibi_bias, alibi_slopes
 
 
 def paper_slopes(n: int) -> list[float]:
-    """Test oracle written from the paper's description (section 3 and footnote).
+    """Test oracle written from the authors' `get_slopes` (the paper's text, §3, gives
+    2^(-8h/n) for every n; for other head counts the code differs).
 
     For a power of two ``n`` the sequence starts at ``2^(-8/n)`` and that is also the
     ratio. Otherwise take the ``c = 2^floor(log2 n)`` slopes, then every other slope of
