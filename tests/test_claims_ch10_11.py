@@ -315,3 +315,31 @@ def test_chapter_10_describes_the_runs_and_the_canary(stored):
     assert f"the training losses of {words[CANARY.steps]} steps" in text
     assert len(stored["meta"]["canary"]) == len(stored["meta"]["settings"]["methods"])
     assert all(len(v) == CANARY.steps for v in stored["meta"]["canary"].values())
+
+
+def test_hugging_face_dynamic_measures_length_against_max_position_embeddings():
+    """Chapter 11: HF's 'dynamic' type takes L from the config's
+    max_position_embeddings, even when the block names another original length."""
+    pytest.importorskip("transformers")
+    import warnings
+
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d, base, a, max_pos, seq_len = 64, 10000.0, 2.0, 1024, 3000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = LlamaConfig(hidden_size=2 * d, num_attention_heads=2, head_dim=d,
+                             max_position_embeddings=max_pos, rope_parameters={
+                                 "rope_type": "dynamic", "factor": a,
+                                 "rope_theta": base,
+                                 "original_max_position_embeddings": 4096})
+    inv, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, "cpu", seq_len=seq_len)
+    s = cl.dynamic_ntk_factor(a, seq_len, max_pos)  # L = max_position_embeddings
+    want = (base * s ** (d / (d - 2))) ** (-torch.arange(d // 2, dtype=F64) * 2 / d)
+    # float32 on HF's side: pow of the rounded exponent moves b'**x by ln(b') u, plus a
+    # few roundings of u each (the derivation of tests/test_parity_rope_scaling.py)
+    rtol = (math.log(base * s ** (d / (d - 2))) + 8) * 2.0**-24
+    assert torch.allclose(inv.double(), want, rtol=rtol, atol=0)
+    other = cl.dynamic_ntk_factor(a, seq_len, 4096)  # the other reading: s = 1
+    assert other == 1.0 and s > 1.5
