@@ -196,7 +196,7 @@ def test_chapter_11_cites_only_verified_sections():
     numbers = {n for c in cited for n in re.split(r"\s+and\s+", c)}
     assert numbers <= {"3", "3.1", "3.2", "3.3", "3.4", "3.4.2", "A.1", "A.2"}, numbers
     assert "arXiv version 2" in text
-    for phrase in ('"out of bound"', "section 3.3", "(section 3.4)", "appendix A.1",
+    for phrase in ('"out-of-bound"', "section 3.3", "(section 3.4)", "appendix A.1",
                    "section 3.4.2", "section 3.1)"):
         assert phrase in text, phrase
 
