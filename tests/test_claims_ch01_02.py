@@ -232,3 +232,24 @@ def test_chapter_2_cites_what_it_attributes() -> None:
     for key in set(re.findall(r"\{cite\}`([^`]+)`", text)):
         for k in key.split(","):
             assert re.search(r"@\w+\{" + re.escape(k.strip()) + ",", bib), k
+
+
+def test_precision_of_positions_and_angles() -> None:
+    """Chapter 2, why double precision: float32 numbers near 100 000 are 1/128 apart and
+    float32 angles there are off by thousandths of a radian; bfloat16 (8 significant
+    bits) holds integers exactly up to 256, float16 (11 bits) up to 2048 and nothing
+    above 65 504."""
+    big = torch.tensor(100_000.0)
+    assert (torch.nextafter(big, torch.tensor(math.inf)) - big).item() == 1 / 128
+    positions = torch.arange(99_990, 100_000, dtype=torch.float64)
+    omega = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    angles32 = (positions.float()[:, None] * omega.float()).double()
+    error = (angles32 - positions[:, None] * omega).abs().max().item()
+    assert 1e-3 <= error < 1e-2
+    for dtype, bits in ((torch.bfloat16, 8), (torch.float16, 11)):
+        n = 2 ** bits
+        exact = torch.arange(n + 1, dtype=torch.float64)
+        assert torch.equal(exact.to(dtype).double(), exact)
+        assert torch.tensor(float(n + 1)).to(dtype).item() != n + 1
+    assert torch.finfo(torch.float16).max == 65504.0
+    assert torch.tensor(65520.0).to(torch.float16).isinf()
