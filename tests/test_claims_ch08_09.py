@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,24 @@ def test_sandwich_bias_is_a_bounded_function_of_the_offset() -> None:
         expected = torch.cos(delta * cl.rope_frequencies(d, dtype=torch.float64)).sum()
         assert diag[0].item() == pytest.approx(expected.item(), abs=tol)
     assert gram.abs().max().item() <= d / 2 + tol
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="torch.compile on CPU needs a C++ compiler",
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_compiled_da_flex_attention_is_exactly_da(gen, causal) -> None:
+    """Chapter 8: DA is a score_mod, so the compiled (fused) FlexAttention kernel
+    computes da_attention's output, queries last (a cache of 128 keys, 32 queries).
+    The chapter itself runs only the eager route; this runs the compiled one."""
+    q = torch.randn(1, 2, 32, 16, generator=gen)
+    k, v = (torch.randn(1, 2, 128, 16, generator=gen) for _ in range(2))
+    w, bound = torch.tensor([-0.3, 0.2]), torch.tensor([0.5, -1.0])
+    reference, _ = cl.da_attention(q, k, v, w, bound, causal=causal)
+    fused = cl.da_flex_attention(q, k, v, w, bound, causal=causal, compiled=True)
+    torch.testing.assert_close(fused, reference)  # float32 defaults: 1e-5, 1.3e-6
 
 
 # --------------------------------------------------------------------------------------
