@@ -385,6 +385,32 @@ def test_lm_figure_bands_are_the_stored_intervals():
                 assert np.isclose(ys, bound, rtol=1e-9).any(), (method, bound)
 
 
+def test_t5_buckets_above_half_of_L_are_not_all_shared():
+    # chapter 12 and experiments/model.py: only distances below L/2 are *guaranteed*
+    # a bucket of their own; above, a logarithmic bucket may hold several distances
+    # or none. At L = 32: 0..26, 29, 30 (and 31 within the training distances) have
+    # one each, 27 and 28 share bucket 28, bucket 20 is never used. Derived here from
+    # T5's formula, bucket = L/2 + floor(log(d / (L/2)) / log(2) * L/2) for d >= L/2.
+    import math
+
+    from course_lib.relative import t5_relative_position_bucket
+
+    L = 32
+    half = L // 2
+    by_formula = [d if d < half else min(L - 1, half + int(
+        math.log(d / half) / math.log(L / half) * (L - half))) for d in range(L)]
+    got = t5_relative_position_bucket(-torch.arange(L), bidirectional=False,
+                                      num_buckets=L, max_distance=L).tolist()
+    assert got == by_formula
+    own = [d for d in range(L) if got.count(got[d]) == 1]
+    assert own == [*range(27), 29, 30, 31]
+    assert [d for d in range(L) if got[d] == 28] == [27, 28]
+    assert set(range(L)) - set(got) == {20}
+    text = CH12.read_text()
+    assert "so only distances below $L/2$\n  have a bucket of their own" not in text
+    assert "guaranteed one bucket per distance" in text
+
+
 def test_chapter_12_glues_the_model_size_it_states():
     text = CH12.read_text()
     for name in ("n_layers", "steps", "train_kb", "L"):

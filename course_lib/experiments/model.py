@@ -32,10 +32,11 @@ Choices that matter past the training length ``L`` (the model's ``train_length``
 * ``t5``: ``num_buckets = max_distance = L`` causal buckets. By T5's rule the first
   ``L // 2`` buckets are exact (one distance each) and the other half spread the
   distances ``L // 2 .. L - 1`` logarithmically, so only distances below ``L / 2`` are
-  told apart exactly: at ``L = 32`` bucket 20 is never used and distances 27 and 28
-  share bucket 28. Every distance from ``L - 1`` on falls in the last bucket, which is
-  trained (distance ``L - 1`` occurs in training); longer distances share it, as in
-  T5.
+  guaranteed a bucket of their own; above, a bucket may hold several distances or
+  none: at ``L = 32`` distances 0 to 26, 29 and 30 still have one each, bucket 20 is
+  never used and distances 27 and 28 share bucket 28. Every distance from ``L - 1``
+  on falls in the last bucket, which is trained (distance ``L - 1`` occurs in
+  training); longer distances share it, as in T5.
 * ``shaw``: relative vectors clipped at ``K = L // 2``; longer distances share the
   clipped vector (trained), as in Shaw et al.
 * ``xl``: no ``clamp_len``: distances beyond ``L - 1`` get sinusoids never seen in
