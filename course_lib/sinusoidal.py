@@ -269,7 +269,9 @@ class LearnedPositionalEncoding(nn.Module):
         d_model: embedding width.
         scale_embeddings: multiply ``x`` by ``sqrt(d_model)`` before adding.
         dropout: dropout probability applied to the sum.
-        init_std: standard deviation of the normal initialisation (0.02 as in GPT-2).
+        init_std: standard deviation of the normal initialisation (0.02, the
+            ``initializer_range`` of BERT and of Hugging Face's GPT-2; OpenAI's GPT-2
+            code draws its position table ``wpe`` with 0.01).
         generator: optional ``torch.Generator`` for a reproducible initialisation.
 
     Shapes: ``forward(x, position_ids=None)`` as in
