@@ -47,7 +47,7 @@ def _graders(name: str):
 
 def test_every_graded_function_has_a_zoo() -> None:
     expected = {
-        "relative_position_index",
+        "shaw_relative_attention",
         "t5_relative_position_bucket",
         "rel_shift",
         "rel_attention_scores",
@@ -225,27 +225,27 @@ def test_a_student_that_mutates_its_input_is_told_so() -> None:
 
 
 def test_student_exceptions_become_messages_not_tracebacks() -> None:
-    def broken(q_len, k_len, max_distance):
-        return torch.arange(q_len)[:, None] - torch.arange(k_len + 1)[None, :].view(
-            3, -1
-        )
+    def broken(q, k, v, a_k, a_v, max_distance):
+        return q @ k  # (B, H, Lq, D) @ (B, H, Lk, D): shapes do not match
 
-    with pytest.raises(CheckFailed, match=r"relative_position_index\(4, 4, 2\) raised"):
-        g06.check_relative_position_index(broken)
+    with pytest.raises(
+        CheckFailed, match=r"shaw_relative_attention\(q, k, v, a_k, a_v, 2\) .* raised"
+    ):
+        g06.check_shaw_relative_attention(broken)
 
 
 def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
     """A function special-cased to the public inputs passes check_ but not grade_."""
-    public = {(q, k, m) for q, k, m in g06._INDEX_PUBLIC}
+    public = {(q, k, d, m) for _, _, _, q, k, d, m in g06._SHAW_PUBLIC}
 
-    def memorised(q_len, k_len, max_distance):
-        if (q_len, k_len, max_distance) in public:
-            return z06.index_clamp(q_len, k_len, max_distance)
-        return torch.zeros(q_len, k_len, dtype=torch.long)
+    def memorised(q, k, v, a_k, a_v, max_distance):
+        if (q.shape[2], k.shape[2], q.shape[3], max_distance) in public:
+            return z06.shaw_gather_scatter(q, k, v, a_k, a_v, max_distance)
+        return torch.zeros_like(q), torch.zeros(*q.shape[:3], k.shape[2])
 
-    g06.check_relative_position_index(memorised)
+    g06.check_shaw_relative_attention(memorised)
     with pytest.raises(CheckFailed):
-        g06.grade_relative_position_index(memorised)
+        g06.grade_shaw_relative_attention(memorised)
 
 
 def test_call_student_restores_the_library_after_a_trap() -> None:
@@ -338,7 +338,7 @@ def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
 
 
 GRADED = {
-    "ex06_relative": ["relative_position_index", "t5_relative_position_bucket"],
+    "ex06_relative": ["shaw_relative_attention", "t5_relative_position_bucket"],
     "ex07_transformer_xl": [
         "rel_shift", "rel_attention_scores", "rel_shift_bidirectional"
     ],

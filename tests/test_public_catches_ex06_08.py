@@ -20,10 +20,12 @@ from course_lib.checks import ex07_transformer_xl as g07
 from course_lib.checks import ex08_da as g08
 
 PUBLIC_CATCHES = {
-    "relative_position_index": (g06, z06, {
-        "index_clip_off_by_one", "index_float", "index_int8", "index_no_offset",
-        "index_not_clipped", "index_queries_first", "index_query_minus_key",
-        "index_transposed",
+    # Every mistake public: equal lengths with keys beyond the clip, a key/value
+    # cache (queries last) and a clip wider than the sequence.
+    "shaw_relative_attention": (g06, z06, {
+        "shaw_clip_off_by_one", "shaw_half_precision", "shaw_no_value_term",
+        "shaw_output_only", "shaw_position_unscaled", "shaw_queries_first",
+        "shaw_query_minus_key", "shaw_softmax_over_queries",
     }),
     # Every mistake public, the default arguments included (the public check also
     # calls the function with the relative positions alone).
@@ -31,6 +33,7 @@ PUBLIC_CATCHES = {
         "bucket_abs_in_place", "bucket_causal_abs", "bucket_float",
         "bucket_log_of_max_distance", "bucket_no_clamp", "bucket_no_halving",
         "bucket_sign_flipped", "bucket_causal_default", "bucket_without_defaults",
+        "bucket_rounded_up", "bucket_rounded_to_nearest",
     }),
     "rel_shift": (g07, z07, {
         "shift_ascending", "shift_drop_last_row", "shift_identity", "shift_into_x",

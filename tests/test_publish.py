@@ -300,7 +300,7 @@ GRADED_LISTINGS = {
     "03-rotation": (3, ["offset_matrix"]),
     "04-rope": (4, ["apply_rope", "rope_interleaved_to_half_weights"]),
     "05-alibi": (5, ["alibi_slopes", "alibi_bias"]),
-    "06-relative": (6, ["relative_position_index", "t5_relative_position_bucket"]),
+    "06-relative": (6, ["shaw_relative_attention", "t5_relative_position_bucket"]),
     "07-transformer-xl": (7, ["rel_attention_scores", "rel_shift",
                              "rel_shift_bidirectional"]),
     "08-da-transformer": (8, ["da_rescale", "da_attention"]),

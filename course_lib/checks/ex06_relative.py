@@ -1,10 +1,12 @@
-"""Graders of exercise 6 (relative positions): Shaw et al.'s clipped relative index
-and T5's bucketed relative positions.
+"""Graders of exercise 6 (relative positions): Shaw et al.'s relative attention in its
+memory-efficient form, and T5's bucketed relative positions.
 
-Expected answers come from :mod:`course_lib.relative`, captured at import; the known
-wrong answers (``i - j`` instead of ``j - i``, no clipping, no offset, queries first,
-query - key in T5, the bidirectional halving forgotten, no clamp to the last bucket,
-future keys not sent to bucket 0) are computed here, so a message can name the mistake.
+Expected answers come from :mod:`course_lib.relative`, captured at import. The known
+wrong answers are computed here, so a message can name the mistake: for Shaw et al.,
+the queries placed first with a key/value cache, the tables read at i - j, the position
+term left unscaled, the value term dropped, the softmax over the queries, the clip one
+short; for T5, query - key, the bidirectional halving forgotten, no clamp to the last
+bucket, future keys not sent to bucket 0 in causal mode.
 """
 
 from __future__ import annotations
@@ -13,15 +15,24 @@ import math
 
 import torch
 
-from course_lib.relative import relative_position_index as _ref_index
+from course_lib.relative import (
+    shaw_relative_attention as _ref_shaw_relative_attention,
+)
 from course_lib.relative import t5_relative_position_bucket as _ref_bucket
 
-from ._core import CheckFailed, Mistake, call_student, expect_equal, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    expect_equal,
+    passed,
+)
 
 __all__ = [
-    "check_relative_position_index",
+    "check_shaw_relative_attention",
     "check_t5_relative_position_bucket",
-    "grade_relative_position_index",
+    "grade_shaw_relative_attention",
     "grade_t5_relative_position_bucket",
 ]
 
@@ -29,6 +40,12 @@ _arange = torch.arange
 _equal = torch.equal
 _where = torch.where
 _log = torch.log
+_einsum = torch.einsum
+_allclose = torch.allclose
+_sqrt = math.sqrt
+
+_ATOL = 1e-5
+_RTOL = 1e-4
 
 
 def _known(expected: torch.Tensor, candidates: list[tuple[torch.Tensor, str]]):
@@ -41,90 +58,173 @@ def _known(expected: torch.Tensor, candidates: list[tuple[torch.Tensor, str]]):
     ]
 
 
-# --- relative_position_index
+# --- shaw_relative_attention
+
+# Each known mistake: what it does, in the words of the message. Where it was met in
+# public code, the message says where.
+_SHAW_MISTAKES = {
+    "queries_first": (
+        "the queries are placed at positions 0..q_len-1. They are the LAST q_len of "
+        "the k_len positions (a key/value cache): query row i sits at position "
+        "i + k_len - q_len. (Hugging Face's BERT relative_key attention had this bug "
+        "when decoding with a cache, transformers#19045.)"
+    ),
+    "query_minus_key": (
+        "the tables are read at i - j (query minus key). Row r of a_k and a_v belongs "
+        "to the distance j - i = r - max_distance, key minus query, as in Shaw et "
+        "al.'s tensor2tensor code; Hugging Face's BERT relative_key indexes its own "
+        "table by i - j, so a table ported between the two is read backwards."
+    ),
+    "position_unscaled": (
+        "the position term q_i . a^K_ij is added after the content term was divided "
+        "by sqrt(head_dim). Shaw et al.'s eq. (4) divides the whole q_i . (k_j + "
+        "a^K_ij) by sqrt(head_dim)."
+    ),
+    "no_value_term": (
+        "the weights are right but the output has no a^V term: z_i = sum_j alpha_ij "
+        "(v_j + a^V_ij). Sum the weights of the keys that share a table row, then "
+        "multiply by a_v. (A key-only variant, as in BERT's relative_key or Music "
+        "Transformer, drops it on purpose; this exercise asks for both tables.)"
+    ),
+    "softmax_over_queries": (
+        "the softmax runs over the queries (dim -2): each query's weights over the "
+        "keys must sum to 1 (softmax over the last dimension)."
+    ),
+    "clip_off_by_one": (
+        "the distances are clipped at +-(max_distance - 1): clip j - i to "
+        "[-max_distance, max_distance], so that rows 0 and 2*max_distance are used."
+    ),
+}
 
 
-def _index_mistakes(q_len: int, k_len: int, max_distance: int, expected: torch.Tensor):
-    m = max_distance
+def _shaw_variant(q, k, v, a_k, a_v, max_distance: int, mistake: str = ""):
+    """Shaw et al.'s attention ``(out, weights)`` with one switchable mistake, through
+    a one-hot ``(q_len, k_len, 2K+1)`` table of rows (small: the graders' sizes)."""
+    K = max_distance
+    q_len, k_len, dim = q.shape[2], k.shape[2], q.shape[3]
+    first = 0 if mistake == "queries_first" else k_len - q_len
+    query = _arange(q_len)[:, None] + first  # (Lq, 1) positions
     key = _arange(k_len)[None, :]  # (1, Lk)
-    query = _arange(q_len)[:, None] + (k_len - q_len)  # (Lq, 1), queries last
-    query_first = _arange(q_len)[:, None]  # (Lq, 1)
-    rel = key - query  # (Lq, Lk)
-    return _known(
-        expected,
-        [
-            (
-                (query - key).clamp(-m, m) + m,
-                "this is clip(i - j) + max_distance (query minus key). The convention "
-                "is j - i, key minus query: keys after the query get indices above "
-                "max_distance.",
-            ),
-            (
-                rel + m,
-                "the distances are not clipped: clip j - i to [-max_distance, "
-                "max_distance] before adding max_distance, so that every index is in "
-                "[0, 2*max_distance].",
-            ),
-            (
-                rel.clamp(-m, m),
-                "the offset is missing: add max_distance after clipping, so that the "
-                "indices run from 0 to 2*max_distance (they are rows of an embedding "
-                "table and cannot be negative).",
-            ),
-            (
-                (key - query_first).clamp(-m, m) + m,
-                "the queries are placed at positions 0..q_len-1. Queries are the LAST "
-                "q_len of the k_len positions: query i sits at position "
-                "i + k_len - q_len.",
-            ),
-            (
-                (query_first - key).clamp(-m, m) + m,
-                "this uses i - j (query minus key) with the queries at positions "
-                "0..q_len-1. Use j - i, with query i at position i + k_len - q_len.",
-            ),
-        ],
+    rel = query - key if mistake == "query_minus_key" else key - query  # (Lq, Lk)
+    clip = K - 1 if mistake == "clip_off_by_one" else K
+    rows = rel.clamp(-clip, clip) + K  # (Lq, Lk)
+    one_hot = (rows[..., None] == _arange(2 * K + 1)).to(q.dtype)  # (Lq, Lk, 2K+1)
+    content = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+    position = _einsum("bhir,ijr->bhij", q @ a_k.transpose(0, 1), one_hot)
+    if mistake == "position_unscaled":
+        scores = content / _sqrt(dim) + position
+    else:
+        scores = (content + position) / _sqrt(dim)
+    weights = scores.softmax(dim=-2 if mistake == "softmax_over_queries" else -1)
+    out = weights @ v  # (B, H, Lq, D)
+    if mistake != "no_value_term":
+        out = out + _einsum("bhij,ijr->bhir", weights, one_hot) @ a_v
+    return out, weights
+
+
+def _shaw_mistakes(q, k, v, a_k, a_v, max_distance: int, expected):
+    """``(output mistakes, weight mistakes)`` for this case."""
+    out_ref, weights_ref = expected
+    outs, weights = [], []
+    for mistake, text in _SHAW_MISTAKES.items():
+        out, w = _shaw_variant(q, k, v, a_k, a_v, max_distance, mistake)
+        outs.append((out, text))
+        weights.append((w, text))
+    return _close_known(out_ref, outs), _close_known(weights_ref, weights)
+
+
+def _close_known(expected, candidates):
+    """The candidates that are not within the grader's tolerance of the answer."""
+    return [
+        Mistake(answer, text)
+        for answer, text in candidates
+        if not _allclose(answer, expected, atol=_ATOL, rtol=_RTOL)
+    ]
+
+
+def _shaw_case(seed: int, batch: int, heads: int, q_len: int, k_len: int, dim: int,
+               max_distance: int, dtype: torch.dtype = torch.float32):
+    """Seeded inputs ``(q, k, v, a_k, a_v, max_distance)``."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = 2 * max_distance + 1
+    shapes = [(batch, heads, q_len, dim), (batch, heads, k_len, dim),
+              (batch, heads, k_len, dim), (rows, dim), (rows, dim)]
+    q, k, v, a_k, a_v = (torch.randn(*s, generator=gen).to(dtype) for s in shapes)
+    return q, k, v, a_k, a_v, max_distance
+
+
+def _check_shaw_case(fn, q, k, v, a_k, a_v, max_distance: int) -> None:
+    expected = _ref_shaw_relative_attention(
+        q.clone(), k.clone(), v.clone(), a_k.clone(), a_v.clone(), max_distance
+    )
+    out_mistakes, weight_mistakes = _shaw_mistakes(
+        q, k, v, a_k, a_v, max_distance, expected
+    )
+    call = (
+        f"shaw_relative_attention(q, k, v, a_k, a_v, {max_distance}) with "
+        f"q {tuple(q.shape)}, k and v {tuple(k.shape)}, a_k and a_v "
+        f"{tuple(a_k.shape)}, {str(q.dtype).removeprefix('torch.')}"
+    )
+    got = call_student(
+        fn, q.clone(), k.clone(), v.clone(), a_k.clone(), a_v.clone(), max_distance,
+        call=call,
+    )
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        raise CheckFailed(
+            f"{call} should return a pair (out, weights), got {type(got).__name__}"
+            + (f" of length {len(got)}" if isinstance(got, tuple | list) else "")
+        )
+    out, weights = got
+    out_ref, weights_ref = expected
+    expect_close(
+        weights, weights_ref, what=f"the weights of {call}", atol=_ATOL, rtol=_RTOL,
+        mistakes=weight_mistakes, dtype="float",
+    )
+    expect_close(
+        out, out_ref, what=f"the output of {call}", atol=_ATOL, rtol=_RTOL,
+        mistakes=out_mistakes, dtype="float",
     )
 
 
-def _check_index_case(fn, q_len: int, k_len: int, max_distance: int) -> None:
-    expected = _ref_index(q_len, k_len, max_distance)
-    mistakes = _index_mistakes(q_len, k_len, max_distance, expected)
-    call = f"relative_position_index({q_len}, {k_len}, {max_distance})"
-    got = call_student(fn, q_len, k_len, max_distance, call=call)
-    expect_equal(got, expected, what=call, mistakes=mistakes)
+# (seed, batch, heads, q_len, k_len, head_dim, max_distance): equal lengths with keys
+# beyond the clip on both sides; a key/value cache (3 queries, the last of 9 keys);
+# a clip wider than the sequence (every row its own distance, no clipping).
+_SHAW_PUBLIC = [
+    (61, 2, 3, 7, 7, 8, 2),
+    (62, 1, 2, 3, 9, 4, 3),
+    (63, 1, 1, 5, 5, 6, 6),
+]
 
 
-_INDEX_PUBLIC = [(4, 4, 2), (3, 6, 2), (5, 5, 9)]
+def check_shaw_relative_attention(fn) -> None:
+    """Public check of ``shaw_relative_attention(q, k, v, a_k, a_v, max_distance)``:
+    equal lengths, a key/value cache and a clip wider than the sequence."""
+    for case in _SHAW_PUBLIC:
+        _check_shaw_case(fn, *_shaw_case(*case))
+    passed("shaw_relative_attention", public=True)
 
 
-def check_relative_position_index(fn) -> None:
-    """Public check of ``relative_position_index(q_len, k_len, max_distance)``."""
-    for q_len, k_len, max_distance in _INDEX_PUBLIC:
-        _check_index_case(fn, q_len, k_len, max_distance)
-    passed("relative_position_index", public=True)
-
-
-def grade_relative_position_index(fn) -> None:
-    """Hidden grader: the public cases, edge cases and seeded random sizes."""
-    cases = [
-        *_INDEX_PUBLIC,
-        (1, 1, 1),
-        (1, 9, 3),
-        (6, 9, 1),
-        (8, 8, 1),
-        (2, 40, 100),
-        (16, 16, 4),
-        (7, 20, 6),
+def grade_shaw_relative_attention(fn) -> None:
+    """Hidden grader: the public cases, one decoding step, K = 1, float64, a long
+    sequence and seeded random sizes."""
+    cases = [_shaw_case(*case) for case in _SHAW_PUBLIC]
+    cases += [
+        _shaw_case(64, 2, 2, 1, 12, 8, 4),  # one decoding step
+        _shaw_case(65, 1, 4, 6, 6, 4, 1),
+        _shaw_case(66, 2, 2, 5, 8, 8, 3, torch.float64),
+        _shaw_case(67, 1, 2, 40, 40, 16, 8),
+        _shaw_case(68, 3, 1, 4, 4, 2, 2),
     ]
     gen = torch.Generator().manual_seed(606)
-    for _ in range(6):
-        q_len = int(torch.randint(1, 13, (1,), generator=gen))
-        k_len = q_len + int(torch.randint(0, 12, (1,), generator=gen))
-        max_distance = int(torch.randint(1, 14, (1,), generator=gen))
-        cases.append((q_len, k_len, max_distance))
-    for q_len, k_len, max_distance in cases:
-        _check_index_case(fn, q_len, k_len, max_distance)
-    passed("relative_position_index", public=False, detail=f"{len(cases)} cases")
+    for i in range(4):
+        q_len = int(torch.randint(1, 11, (1,), generator=gen))
+        k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
+        dim = int(torch.randint(1, 9, (1,), generator=gen))
+        K = int(torch.randint(1, 9, (1,), generator=gen))
+        cases.append(_shaw_case(700 + i, 2, 2, q_len, k_len, dim, K))
+    for case in cases:
+        _check_shaw_case(fn, *case)
+    passed("shaw_relative_attention", public=False, detail=f"{len(cases)} cases")
 
 
 # --- t5_relative_position_bucket
@@ -140,6 +240,7 @@ def _t5_variant(
     clamp: bool = True,
     causal_abs: bool = False,
     shift: float = 0.0,
+    rounding: str = "floor",
 ) -> torch.Tensor:
     """T5 buckets with switchable mistakes; ``shift`` nudges the log bucket value
     (used to find the bucket edges where float rounding may go either way)."""
@@ -160,7 +261,8 @@ def _t5_variant(
         / math.log(max_distance / max_exact)
         * (buckets - max_exact)
     )
-    large = max_exact + torch.floor(scaled + shift).long()
+    rounded = {"floor": torch.floor, "ceil": torch.ceil, "round": torch.round}
+    large = max_exact + rounded[rounding](scaled + shift).long()
     if clamp:
         large = large.clamp(max=buckets - 1)
     return offset + _where(n < max_exact, n, large)
@@ -198,6 +300,18 @@ def _t5_mistakes(relative_position, bidirectional, num_buckets, max_distance, ex
             "bucket ids reach num_buckets or more: distances at or beyond "
             "max_distance must all share the last bucket (clamp the logarithmic "
             "bucket to num_buckets - 1 of its half).",
+        ),
+        (
+            _t5_variant(*args, rounding="ceil"),
+            "the logarithmic bucket is rounded up. Bucket b holds the distances from "
+            "its first distance r_b to r_(b+1) - 1, so a distance belongs to the "
+            "largest b with r_b <= distance: round the logarithmic value down.",
+        ),
+        (
+            _t5_variant(*args, rounding="round"),
+            "the logarithmic bucket is rounded to the nearest integer. A distance "
+            "belongs to the largest b whose first distance r_b is at most the "
+            "distance: round the logarithmic value down.",
         ),
     ]
     if bidirectional:
@@ -260,8 +374,20 @@ def _check_bucket_case(fn, relative_position, bidirectional, num_buckets, max_di
     )
     got = _call_bucket(fn, *args, call)
     if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-        # At a bucket edge either rounding of the logarithm is accepted.
+        # At a bucket edge either rounding of the logarithm is accepted, for the
+        # answer and for the known mistakes alike (float32 and float64 code round
+        # an edge differently, by one bucket).
+        edge = expected != other
         expected = _where(got == other, other, expected)
+        if not got.is_complex():
+            near = got.double().round().long()
+            mistakes = [
+                Mistake(
+                    _where(edge & ((near - m.answer).abs() <= 1), near, m.answer),
+                    m.explanation,
+                )
+                for m in mistakes
+            ]
     expect_equal(got, expected, what=call, mistakes=mistakes)
 
 

@@ -3,6 +3,8 @@ implementations they must reject, with the message fragment each rejection shows
 
 ``WRONG[name]`` lists ``(function, fragment, public)``: ``public`` says whether the
 public check (not only the hidden grader) must reject it too.
+
+Where a mistake was met in public code, its docstring says where.
 """
 
 from __future__ import annotations
@@ -10,72 +12,124 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 import course_lib
 
-# --- relative_position_index: correct
+# --- shaw_relative_attention: a gather/scatter-add core with switchable mistakes
 
 
-def index_clamp(q_len, k_len, max_distance):
-    query = torch.arange(q_len)[:, None] + (k_len - q_len)
+def _rows(q_len, k_len, max_distance, *, first=None, sign=1, clip=None):
+    """Table row of every (query, key): clip(j - i', -clip, clip) + K."""
+    first = k_len - q_len if first is None else first
+    clip = max_distance if clip is None else clip
+    query = torch.arange(first, first + q_len)[:, None]
     key = torch.arange(k_len)[None, :]
-    return (key - query).clamp(-max_distance, max_distance) + max_distance
+    return (sign * (key - query)).clamp(-clip, clip) + max_distance
 
 
-def index_loop(q_len, k_len, max_distance):
-    out = torch.zeros(q_len, k_len, dtype=torch.long)
-    for i in range(q_len):
-        for j in range(k_len):
-            d = j - (i + k_len - q_len)
-            out[i, j] = max(-max_distance, min(max_distance, d)) + max_distance
-    return out
+def _shaw(q, k, v, a_k, a_v, max_distance, *, rows=None, scale_position=True,
+          value_term=True, softmax_dim=-1):
+    batch, heads, q_len, dim = q.shape
+    k_len = k.shape[2]
+    if rows is None:
+        rows = _rows(q_len, k_len, max_distance)
+    idx = rows.expand(batch, heads, q_len, k_len)
+    position = (q @ a_k.T).gather(-1, idx)  # (B, H, Lq, Lk)
+    content = q @ k.transpose(-2, -1)
+    if scale_position:
+        scores = (content + position) / math.sqrt(dim)
+    else:
+        scores = content / math.sqrt(dim) + position
+    weights = scores.softmax(softmax_dim)
+    out = weights @ v
+    if value_term:
+        bins = torch.zeros(batch, heads, q_len, a_v.shape[0], dtype=weights.dtype)
+        out = out + bins.scatter_add(-1, idx, weights) @ a_v
+    return out, weights
 
 
-def index_clip_after_offset(q_len, k_len, max_distance):
-    rel = torch.arange(k_len)[None, :] - torch.arange(k_len - q_len, k_len)[:, None]
-    return torch.clip(rel + max_distance, 0, 2 * max_distance).to(torch.int32)
+# --- shaw_relative_attention: correct
 
 
-# --- relative_position_index: wrong
+def shaw_gather_scatter(q, k, v, a_k, a_v, max_distance):
+    return _shaw(q, k, v, a_k, a_v, max_distance)
 
 
-def index_query_minus_key(q_len, k_len, max_distance):
-    query = torch.arange(q_len)[:, None] + (k_len - q_len)
-    key = torch.arange(k_len)[None, :]
-    return (query - key).clamp(-max_distance, max_distance) + max_distance
+def shaw_one_hot(q, k, v, a_k, a_v, max_distance):
+    """The rows as a one-hot (q_len, k_len, 2K+1) tensor and two einsums."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    rows = _rows(q_len, k_len, max_distance)
+    one_hot = F.one_hot(rows, 2 * max_distance + 1).to(q.dtype)
+    position = torch.einsum("bhid,rd,ijr->bhij", q, a_k, one_hot)
+    scores = (q @ k.transpose(-2, -1) + position) * q.shape[-1] ** -0.5
+    weights = torch.softmax(scores, dim=-1)
+    per_row = torch.einsum("bhij,ijr->bhir", weights, one_hot)
+    return weights @ v + per_row @ a_v, weights
 
 
-def index_not_clipped(q_len, k_len, max_distance):
-    query = torch.arange(q_len)[:, None] + (k_len - q_len)
-    return torch.arange(k_len)[None, :] - query + max_distance
+def shaw_loop_over_rows(q, k, v, a_k, a_v, max_distance):
+    """One pass per table row, with a mask of the pairs that use it, in float64."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    rows = _rows(q_len, k_len, max_distance)
+    qd, kd, vd, akd, avd = (t.double() for t in (q, k, v, a_k, a_v))
+    scores = qd @ kd.transpose(-2, -1)
+    for r in range(2 * max_distance + 1):
+        scores = scores + (rows == r) * (qd @ akd[r])[..., None]
+    weights = (scores / math.sqrt(q.shape[-1])).softmax(-1)
+    out = weights @ vd
+    for r in range(2 * max_distance + 1):
+        out = out + (weights * (rows == r)).sum(-1, keepdim=True) * avd[r]
+    return out.to(q.dtype), weights.to(q.dtype)
 
 
-def index_no_offset(q_len, k_len, max_distance):
-    query = torch.arange(q_len)[:, None] + (k_len - q_len)
-    return (torch.arange(k_len)[None, :] - query).clamp(-max_distance, max_distance)
+# --- shaw_relative_attention: wrong
 
 
-def index_queries_first(q_len, k_len, max_distance):
-    rel = torch.arange(k_len)[None, :] - torch.arange(q_len)[:, None]
-    return rel.clamp(-max_distance, max_distance) + max_distance
+def shaw_queries_first(q, k, v, a_k, a_v, max_distance):
+    """Queries at positions 0..q_len-1: Hugging Face BERT's relative_key attention
+    with a cache (transformers#19045, fixed in #20203), and the widely copied
+    RelativePosition module (range_vec_q = torch.arange(length_q))."""
+    rows = _rows(q.shape[2], k.shape[2], max_distance, first=0)
+    return _shaw(q, k, v, a_k, a_v, max_distance, rows=rows)
 
 
-def index_clip_off_by_one(q_len, k_len, max_distance):
-    query = torch.arange(q_len)[:, None] + (k_len - q_len)
-    rel = torch.arange(k_len)[None, :] - query
-    return rel.clamp(-max_distance + 1, max_distance - 1) + max_distance
+def shaw_query_minus_key(q, k, v, a_k, a_v, max_distance):
+    """Tables read at i - j: Hugging Face BERT's relative_key convention
+    (distance = position_ids_l - position_ids_r) applied to Shaw's j - i tables."""
+    rows = _rows(q.shape[2], k.shape[2], max_distance, sign=-1)
+    return _shaw(q, k, v, a_k, a_v, max_distance, rows=rows)
 
 
-def index_float(q_len, k_len, max_distance):
-    return index_clamp(q_len, k_len, max_distance).float()
+def shaw_position_unscaled(q, k, v, a_k, a_v, max_distance):
+    return _shaw(q, k, v, a_k, a_v, max_distance, scale_position=False)
 
 
-def index_transposed(q_len, k_len, max_distance):
-    return index_clamp(q_len, k_len, max_distance).T
+def shaw_no_value_term(q, k, v, a_k, a_v, max_distance):
+    """Keys only, as BERT's relative_key and Music Transformer do."""
+    return _shaw(q, k, v, a_k, a_v, max_distance, value_term=False)
 
 
-def index_calls_library(q_len, k_len, max_distance):
-    return course_lib.relative_position_index(q_len, k_len, max_distance)
+def shaw_softmax_over_queries(q, k, v, a_k, a_v, max_distance):
+    return _shaw(q, k, v, a_k, a_v, max_distance, softmax_dim=-2)
+
+
+def shaw_clip_off_by_one(q, k, v, a_k, a_v, max_distance):
+    rows = _rows(q.shape[2], k.shape[2], max_distance, clip=max_distance - 1)
+    return _shaw(q, k, v, a_k, a_v, max_distance, rows=rows)
+
+
+def shaw_output_only(q, k, v, a_k, a_v, max_distance):
+    return _shaw(q, k, v, a_k, a_v, max_distance)[0]
+
+
+def shaw_half_precision(q, k, v, a_k, a_v, max_distance):
+    out, weights = _shaw(*(t.half() for t in (q, k, v, a_k, a_v)), max_distance)
+    return out, weights
+
+
+def shaw_calls_library(q, k, v, a_k, a_v, max_distance):
+    return course_lib.shaw_relative_attention(q, k, v, a_k, a_v, max_distance)
 
 
 # --- t5_relative_position_bucket: correct
@@ -251,27 +305,53 @@ def bucket_abs_in_place(relative_position, bidirectional, num_buckets, max_dista
     return bucket_hf(rel, bidirectional, num_buckets, max_distance)
 
 
-def index_int8(q_len, k_len, max_distance):
-    """Right indices while they are small; int8 wraps around beyond 127."""
-    return index_clamp(q_len, k_len, max_distance).to(torch.int8)
+def _bucket_rounded(relative_position, bidirectional, num_buckets, max_distance,
+                    rounding):
+    n = relative_position.long()
+    half = num_buckets // 2 if bidirectional else num_buckets
+    offset = (n > 0).long() * half if bidirectional else torch.zeros_like(n)
+    n = n.abs() if bidirectional else (-n).clamp(min=0)
+    exact = half // 2
+    value = (
+        torch.log(n.float() / exact) / math.log(max_distance / exact) * (half - exact)
+    )
+    large = (exact + rounding(value).long()).clamp(max=half - 1)
+    return offset + torch.where(n < exact, n, large)
+
+
+def bucket_rounded_up(relative_position, bidirectional, num_buckets, max_distance):
+    """Inverting the bucket starts the wrong way round: the smallest b with
+    r_b >= n instead of the largest b with r_b <= n."""
+    return _bucket_rounded(
+        relative_position, bidirectional, num_buckets, max_distance, torch.ceil
+    )
+
+
+def bucket_rounded_to_nearest(
+    relative_position, bidirectional, num_buckets, max_distance
+):
+    return _bucket_rounded(
+        relative_position, bidirectional, num_buckets, max_distance, torch.round
+    )
 
 
 CORRECT = {
-    "relative_position_index": [index_clamp, index_loop, index_clip_after_offset],
+    "shaw_relative_attention": [shaw_gather_scatter, shaw_one_hot,
+                                shaw_loop_over_rows],
     "t5_relative_position_bucket": [bucket_hf, bucket_float64_log2,
                                     bucket_keyword_only_loop],
 }
 
 WRONG = {
-    "relative_position_index": [
-        (index_query_minus_key, "convention is j - i", True),
-        (index_not_clipped, "distances are not clipped", True),
-        (index_no_offset, "the offset is missing", True),
-        (index_queries_first, "LAST q_len of the k_len positions", True),
-        (index_clip_off_by_one, "wrong entries", True),
-        (index_float, "should hold integers", True),
-        (index_transposed, "convention is j - i", True),  # square: j<->i,
-        (index_int8, "should be a torch.long tensor, got torch.int8", True),
+    "shaw_relative_attention": [
+        (shaw_queries_first, "LAST q_len of the k_len positions", True),
+        (shaw_query_minus_key, "read at i - j", True),
+        (shaw_position_unscaled, "added after the content term was divided", True),
+        (shaw_no_value_term, "the output has no a^V term", True),
+        (shaw_softmax_over_queries, "the softmax runs over the queries", True),
+        (shaw_clip_off_by_one, "clipped at +-(max_distance - 1)", True),
+        (shaw_output_only, "should return a pair (out, weights)", True),
+        (shaw_half_precision, "too coarse", True),
     ],
     "t5_relative_position_bucket": [
         (bucket_sign_flipped, "buckets of query - key", True),
@@ -279,6 +359,8 @@ WRONG = {
         (bucket_no_clamp, "clamp the logarithmic bucket", True),
         (bucket_causal_abs, "belongs to bucket 0", True),
         (bucket_log_of_max_distance, "wrong entries", True),
+        (bucket_rounded_up, "the logarithmic bucket is rounded up", True),
+        (bucket_rounded_to_nearest, "rounded to the nearest integer", True),
         (bucket_float, "should hold integers", True),
         (bucket_without_defaults, "(the default arguments) raised TypeError", True),
         (bucket_causal_default, "the defaults of the signature must be T5's", True),
@@ -287,6 +369,6 @@ WRONG = {
 }
 
 CALLS_LIBRARY = {
-    "relative_position_index": index_calls_library,
+    "shaw_relative_attention": shaw_calls_library,
     "t5_relative_position_bucket": bucket_calls_library,
 }
