@@ -84,7 +84,7 @@ def relative_position_index(q_len: int, k_len: int, max_distance: int) -> torch.
     Returns:
         ``(q_len, k_len)`` long tensor with values in ``[0, 2K]``; ``K`` is distance 0.
 
-    Paper: Shaw et al. 2018, eq. (5)-(6).
+    Paper: Shaw et al. 2018, section 3.2 (the clipped edge labels).
 
     >>> relative_position_index(3, 3, 1)
     tensor([[1, 2, 2],

@@ -1,0 +1,84 @@
+"""Chapter 6 review (issue 18, item 5): the claims the review corrected or added, each
+checked against the library or the chapter's text.
+
+- Shaw et al.'s section numbers: the ablations are §4.3 (Tables 2 and 3), the comparison
+  with sinusoids §4.2; the paper has no §5.1/§5.2 (§5 is its conclusion).
+- The tables "can be shared across attention heads" (§3.1); the base models used a table
+  per layer and head (§4.1): the chapter no longer says the paper shares them.
+- T5's paper (§2.1) describes ranges "up to an offset of 128 beyond which we assign all
+  relative positions to the same embedding"; the code's last bucket starts before 128 in
+  both variants: the chapter says the two differ and that the course follows the code.
+- The linear distance bias at L = 512, s = 0.1: its slope and the ratio to the gentlest
+  slope of an 8-head ALiBi model are computed at build time (glue), not typed.
+- The three properties the chapter checks on the library instead of printing the
+  graded computation hold on other sizes too (float64).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import course_lib as cl
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = (ROOT / "book" / "06-relative.md").read_text()
+
+
+def test_shaw_sections_are_the_papers() -> None:
+    assert "§5.1" not in TEXT and "§5.2" not in TEXT
+    assert re.search(r"development set \(§4\.3, Tables 2 and 3\)", TEXT)
+    assert "(§4.2, Table 1)" in TEXT
+    assert "The paper shares the tables" not in TEXT
+    assert '"can be shared across attention heads" (§3.1)' in TEXT
+    assert "(§4.1)" in TEXT
+
+
+def test_t5_paper_and_code_differ_on_where_the_last_bucket_starts() -> None:
+    assert "up to an offset of 128 beyond which we assign all relative positions" in (
+        TEXT.replace("\n", " ")
+    )
+    assert "The course follows the code." in TEXT.replace("\n", " ")
+    distance = torch.arange(0, 400)
+    for bidirectional, last in ((True, 15), (False, 31)):
+        buckets = cl.t5_relative_position_bucket(-distance, bidirectional=bidirectional)
+        start = int(distance[buckets == last].min())
+        assert start < 128  # the code merges distances well before the paper's 128
+        assert int(buckets[128]) == last
+
+
+def test_linear_bias_numbers_are_computed_not_typed() -> None:
+    assert "2 \\times 10^{-4}" not in TEXT and "twenty" not in TEXT
+    assert "{glue:text}`slope_512" in TEXT and "{glue:text}`alibi_ratio" in TEXT
+    assert 'glue("slope_512", slope_512' in TEXT
+    # what the glued values are: 0.1 / 512, and 2^-8 over it
+    slope = 0.1 / 512
+    gentlest = float(cl.alibi_slopes(8).min())
+    assert abs(gentlest - 2.0**-8) < 1e-12
+    assert round(gentlest / slope) == 20
+
+
+@pytest.mark.parametrize("case", [(1, 1, 1, 1, 2, 1), (2, 2, 3, 6, 4, 2),
+                                  (1, 3, 5, 5, 8, 7)])
+def test_the_chapters_library_properties_hold(case) -> None:
+    batch, heads, q_len, k_len, d, K = case
+    gen = torch.Generator().manual_seed(6)
+    q = torch.randn(batch, heads, q_len, d, generator=gen, dtype=torch.float64)
+    k, v = torch.randn(2, batch, heads, k_len, d, generator=gen, dtype=torch.float64)
+    w_k, w_v = torch.randn(2, 2 * K + 1, d, generator=gen, dtype=torch.float64)
+    zeros = torch.zeros(2 * K + 1, d, dtype=torch.float64)
+    c = torch.randn(d, generator=gen, dtype=torch.float64).expand(2 * K + 1, d)
+    plain, plain_weights = cl.scaled_dot_product_attention(q, k, v)
+    out_0, weights_0 = cl.shaw_relative_attention(q, k, v, zeros, zeros, K)
+    # float64, O(1) values: 1e-12 leaves ~5000 ulps for the different sum orders
+    assert torch.allclose(out_0, plain, rtol=0, atol=1e-12)
+    assert torch.allclose(weights_0, plain_weights, rtol=0, atol=1e-12)
+    out, weights = cl.shaw_relative_attention(q, k, v, w_k, w_v, K)
+    out_c, weights_c = cl.shaw_relative_attention(q, k, v, w_k, w_v + c, K)
+    assert torch.allclose(weights_c, weights, rtol=0, atol=1e-12)
+    assert torch.allclose(out_c - out, c[0].expand_as(out), rtol=0, atol=1e-12)
+    _, weights_k = cl.shaw_relative_attention(q, k, v, w_k + c, w_v, K)
+    assert torch.allclose(weights_k, weights, rtol=0, atol=1e-12)
