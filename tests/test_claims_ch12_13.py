@@ -132,6 +132,35 @@ def test_bfloat16_steps_by_8_between_1024_and_2048():
     assert float((rounded - m).abs().max()) == 4.0
 
 
+def test_a_rotate_half_checkpoint_runs_interleaved_after_permuting_rows_and_biases():
+    # chapter 13: permute, per head, the rows of W_q, W_k (q = W_q x) and the
+    # entries of their biases; the attention scores are then those of the
+    # rotate-half model
+    g = torch.Generator().manual_seed(3)
+    H, D, dm, S = 2, 8, 12, 6
+    wq, wk = (torch.randn(H * D, dm, generator=g, dtype=torch.float64)
+              for _ in range(2))
+    bq, bk = (torch.randn(H * D, generator=g, dtype=torch.float64) for _ in range(2))
+    x = torch.randn(S, dm, generator=g, dtype=torch.float64)
+    pos = torch.arange(S)
+
+    def scores(wq, bq, wk, bk, convention):
+        q = (x @ wq.T + bq).view(S, H, D).transpose(0, 1)  # (H, S, D)
+        k = (x @ wk.T + bk).view(S, H, D).transpose(0, 1)  # (H, S, D)
+        q = cl.apply_rope(q, pos, convention=convention)
+        k = cl.apply_rope(k, pos, convention=convention)
+        return q @ k.transpose(-2, -1)  # (H, S, S)
+
+    conv = cl.rope_half_to_interleaved_weights
+    half = scores(wq, bq, wk, bk, "half")
+    inter = scores(conv(wq, H, D), conv(bq, H, D), conv(wk, H, D), conv(bk, H, D),
+                   "interleaved")
+    torch.testing.assert_close(inter, half, atol=1e-10, rtol=1e-10)
+    # without the biases permuted, the scores differ
+    wrong = scores(conv(wq, H, D), bq, conv(wk, H, D), bk, "interleaved")
+    assert not torch.allclose(wrong, half, atol=1e-3)
+
+
 def test_flex_attention_is_compiled_with_static_shapes():
     # chapter 13: "the course compiles with static shapes
     # (torch.compile(flex_attention, dynamic=False))"
