@@ -253,3 +253,18 @@ def test_precision_of_positions_and_angles() -> None:
         assert torch.tensor(float(n + 1)).to(dtype).item() != n + 1
     assert torch.finfo(torch.float16).max == 65504.0
     assert torch.tensor(65520.0).to(torch.float16).isinf()
+
+
+def test_attention_over_a_memory_is_invariant_to_its_order(gen) -> None:
+    """Chapter 1: with queries from elsewhere (cross-attention), reordering the keys and
+    values together changes nothing: softmax(Q K^T P^T) P V = softmax(Q K^T) V; reordering
+    the keys alone does change the output."""
+    q = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+    v = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    out, _ = cl.scaled_dot_product_attention(q, k, v)
+    p = cl.permutation_matrix([2, 5, 0, 1, 4, 3]).double()
+    both, _ = cl.scaled_dot_product_attention(q, p @ k, p @ v)
+    torch.testing.assert_close(both, out, rtol=1e-12, atol=1e-12)
+    keys_only, _ = cl.scaled_dot_product_attention(q, p @ k, v)
+    assert (keys_only - out).abs().max() > 1e-3
