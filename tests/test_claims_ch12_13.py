@@ -440,6 +440,16 @@ def test_t5_buckets_above_half_of_L_are_not_all_shared():
     assert "guaranteed one bucket per distance" in text
 
 
+def test_chapter_12_renders_the_math_of_its_computed_text():
+    # the computed statements and tables (display(Markdown(...))) hold $L$; myst-nb
+    # renders text/markdown outputs as CommonMark unless told otherwise, which shows
+    # the dollars literally
+    text = CH12.read_text()
+    front = text.split("\n---\n", 1)[0]
+    assert "mystnb:\n  render_markdown_format: myst" in front
+    assert "(stride $L$)" in text  # an output that needs it
+
+
 def test_chapter_12_glues_the_model_size_it_states():
     text = CH12.read_text()
     for name in ("n_layers", "steps", "train_kb", "L"):
