@@ -1,9 +1,10 @@
-"""Claims of chapters 1 and 2 added or corrected by the chapter review (issue 18, item 5).
+"""Claims of chapters 1 and 2 added or corrected by the chapter review
+(issue 18, item 5).
 
 Each test names the statement it checks. Expected values come from closed forms written
 out here, brute force, or the peer code the chapter names; none is copied from the
-chapter's output. What ``test_book_equations_01.py`` and ``test_book_equations_02_04.py``
-already check is not repeated.
+chapter's output. What ``test_book_equations_01.py`` and
+``test_book_equations_02_04.py`` already check is not repeated.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def test_one_causal_layer_with_a_bos_token_writes_the_absolute_position() -> Non
     n, d = 9, 4
     g = torch.Generator().manual_seed(3)
     x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    q = torch.zeros(n, d, dtype=torch.float64)  # equal scores: uniform over what is seen
+    q = torch.zeros(n, d, dtype=torch.float64)  # equal scores: uniform over the seen
     v = torch.zeros(n, 1, dtype=torch.float64)
     v[0] = 1.0  # only the BOS token (position 0) carries a 1
     causal, _ = cl.scaled_dot_product_attention(q, x, v, mask=cl.causal_mask(n, n))
@@ -49,12 +50,14 @@ def test_one_causal_layer_with_a_bos_token_writes_the_absolute_position() -> Non
     position = (1.0 / causal[:, 0]).round().long() - 1  # read the position back
     assert torch.equal(position, torch.arange(n))
     full, _ = cl.scaled_dot_product_attention(q, x, v)
-    torch.testing.assert_close(full[:, 0], torch.full((n,), 1.0 / n, dtype=torch.float64))
+    uniform = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    torch.testing.assert_close(full[:, 0], uniform)
 
 
 def test_rotating_queries_and_keys_breaks_equivariance(gen) -> None:
-    """Chapter 1, What to remember: encodings applied to queries and keys (RoPE) break the
-    symmetry as well: SA(PX) != P SA(X) once q and k are rotated by their positions."""
+    """Chapter 1, What to remember: encodings applied to queries and keys (RoPE)
+    break the symmetry as well: SA(PX) != P SA(X) once q and k are rotated by their
+    positions."""
     n, d_model, d_k = 6, 8, 4
     x = torch.randn(n, d_model, generator=gen, dtype=torch.float64)
     w_q, w_k, w_v = torch.randn(3, d_model, d_k, generator=gen, dtype=torch.float64)
@@ -73,9 +76,9 @@ def test_rotating_queries_and_keys_breaks_equivariance(gen) -> None:
 
 
 def test_chapter_1_cites_what_it_attributes() -> None:
-    """Chapter 1: the simple recurrence is Elman's (the LSTM adds gates), NoPE's mechanism
-    is Haviv et al.'s conjecture and Kazemnejad et al.'s Theorem 1, and the cited keys
-    exist in the bibliography."""
+    """Chapter 1: the simple recurrence is Elman's (the LSTM adds gates), NoPE's
+    mechanism is Haviv et al.'s conjecture and Kazemnejad et al.'s Theorem 1, and the
+    cited keys exist in the bibliography."""
     text = CH1.read_text()
     assert "{cite}`elman1990finding`" in text
     assert "conjecture" in text and "Theorem 1" in text
@@ -164,8 +167,8 @@ def test_from_width_16_the_nearest_row_is_the_neighbour(d_model: int) -> None:
 
 
 def test_width_64_neighbour_distance_and_float32_rounding() -> None:
-    """Chapter 2: at d_model = 64 the neighbour distance is tens of millions of times the
-    largest float32 rounding error of an entry in [-1, 1] (u = 2^-24)."""
+    """Chapter 2: at d_model = 64 the neighbour distance is tens of millions of times
+    the largest float32 rounding error of an entry in [-1, 1] (u = 2^-24)."""
     _, best_k, neighbour = _closest_offset(64)
     assert best_k == 1
     u = 2.0 ** -24
@@ -257,8 +260,8 @@ def test_precision_of_positions_and_angles() -> None:
 
 def test_attention_over_a_memory_is_invariant_to_its_order(gen) -> None:
     """Chapter 1: with queries from elsewhere (cross-attention), reordering the keys and
-    values together changes nothing: softmax(Q K^T P^T) P V = softmax(Q K^T) V; reordering
-    the keys alone does change the output."""
+    values together changes nothing: softmax(Q K^T P^T) P V = softmax(Q K^T) V;
+    reordering the keys alone does change the output."""
     q = torch.randn(3, 4, generator=gen, dtype=torch.float64)
     k = torch.randn(6, 4, generator=gen, dtype=torch.float64)
     v = torch.randn(6, 5, generator=gen, dtype=torch.float64)

@@ -184,8 +184,8 @@ def _padding_mistakes(mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
          "padding positions are not 0: clamping cumsum - 1 fixes left padding but "
          "right padding keeps the last position; multiply by the mask"),
         ((csum - 1).masked_fill(m == 0, 1),
-         "padding gets position 1 (the Hugging Face convention); here padding "
-         "positions are 0"),
+         "padding gets position 1 (as older Hugging Face generation code did); "
+         "here padding positions are 0"),
         (arange * m,
          "this only works for right padding: counting from the start of the row "
          "ignores left padding; the first real token must get position 0 (use a "
