@@ -8,12 +8,14 @@ replaced by an ``alibi_bias`` that never returns (``while True: pass``), in one 
 
 The honest class is as an instructor meets it: the solution's answers and the
 honest slow variants of :mod:`benchmarks.honest_variants` in turn (every one worth
-full marks). The looping class is the same class where every tenth student
-(``--loop-share``) hands in the loop instead of ``alibi_bias``; those students keep
-``alibi_slopes``' points. Each class is graded in its own copy of one scratch course
-from a cold start (a new ``course`` process, as an instructor runs it); with several
-rounds the order alternates. Every gradebook must hold the expected scores. The
-goal of issue 21: the looping class takes at most 1.5x the honest class's wall time.
+full marks). The looping class is the same class where one student in every ten
+(``--loop-share``; the middle one of each ten, see :func:`looping_students`, or the
+last with ``--placement end``) hands in the loop instead of ``alibi_bias``; those
+students keep ``alibi_slopes``' points. Each class is graded in its own copy of one
+scratch course from a cold start (a new ``course`` process, as an instructor runs
+it); with several rounds the order alternates. Every gradebook must hold the
+expected scores. The goal of issue 21: the looping class takes at most 1.5x the
+honest class's wall time.
 
 Prints a markdown report on stdout (the per-cell limit in effect, wall and CPU time
 of both commands, the ratio, the load average and how busy the machine's CPUs were);
@@ -46,21 +48,32 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def looping_students(n: int, share: float) -> list[int]:
+def looping_students(n: int, share: float, placement: str = "middle") -> list[int]:
     """Which of ``n`` students (0-based) hand in the loop: ``ceil(share * n)`` of
-    them, spread evenly over the class (every tenth for 10 %), so that the loops
-    fall among honest submissions as they would in a real class.
+    them, one in the middle of each equal block of the class (for 10 %, the
+    middle of every ten), where a student at a random place in the class list is
+    on average. Not the last: a hang there is waited out after every other
+    submission is done, with no other work beside it, the worst case.
 
     >>> looping_students(20, 0.1), looping_students(3, 0.1), looping_students(10, 0)
-    ([9, 19], [2], [])
+    ([5, 15], [1], [])
+    >>> looping_students(20, 0.1, "end")
+    [9, 19]
     """
+    if placement not in ("middle", "end"):
+        raise ValueError(f"looping_students: placement must be 'middle' or 'end', "
+                         f"got {placement!r}")
     if not 0 <= share <= 1:
         raise ValueError(f"looping_students: share must lie in [0, 1], got {share!r}")
     count = math.ceil(share * n - 1e-9)
     if count == 0:
         return []
     step = n / count
-    return sorted({min(n - 1, int(step * (i + 1)) - 1) for i in range(count)})
+    if placement == "end":
+        picks = {math.ceil(step * (i + 1)) - 1 for i in range(count)}
+    else:
+        picks = {int(step * (i + 0.5)) for i in range(count)}
+    return sorted(min(n - 1, i) for i in picks)
 
 
 def honest_answers(src: Path) -> list[dict[str, str]]:
@@ -79,7 +92,8 @@ def honest_answers(src: Path) -> list[dict[str, str]]:
     return out
 
 
-def build(base: Path, n: int, share: float) -> tuple[dict, dict]:
+def build(base: Path, n: int, share: float,
+          placement: str = "middle") -> tuple[dict, dict]:
     """A released ex05 course at ``base`` (the honest class, collected) and at
     ``base.with_name(base.name + '-loops')`` (the same class, looping students
     replaced); returns the expected score of every student in each."""
@@ -96,7 +110,7 @@ def build(base: Path, n: int, share: float) -> tuple[dict, dict]:
     src = course.source_dir / A / f"{A}.ipynb"
     rel = course.release_dir / A / f"{A}.ipynb"
     honest = honest_answers(src)
-    loops = set(looping_students(n, share))
+    loops = set(looping_students(n, share, placement))
     looped_base = base.with_name(base.name + "-loops")
     shutil.copytree(base, looped_base)
     expected_honest, expected_loops = {}, {}
@@ -148,7 +162,8 @@ def _machine_cpu() -> tuple[float, float]:
     return _cpu_seconds()
 
 
-def run(n: int, share: float, jobs: int, rounds: int, limit: int | None) -> dict:
+def run(n: int, share: float, jobs: int, rounds: int, limit: int | None,
+        placement: str = "middle") -> dict:
     """Build both classes and grade each ``rounds`` times; the numbers."""
     from benchmarks.bench_autograde import _scores, _timed
     from benchmarks.solution_cost import _busy_share
@@ -164,7 +179,8 @@ def run(n: int, share: float, jobs: int, rounds: int, limit: int | None) -> dict
         grading_edition()
         _log(f"building two classes of {n} submissions in {tmp}")
         base = tmp / "honest"
-        expected = dict(zip(("honest", "loops"), build(base, n, share), strict=True))
+        expected = dict(zip(("honest", "loops"), build(base, n, share, placement),
+                             strict=True))
         folders = {"honest": base, "loops": base.with_name("honest-loops")}
         if limit is not None:
             for folder in folders.values():
@@ -191,6 +207,7 @@ def run(n: int, share: float, jobs: int, rounds: int, limit: int | None) -> dict
                 shutil.rmtree(work)
         return {
             "n": n,
+            "placement": looping_students(n, share, placement),
             "loops": sum(1 for s in expected["loops"].values() if s < 6.0),
             "jobs": jobs,
             "rounds": rounds,
@@ -214,7 +231,9 @@ def report(result: dict) -> str:
         f"{n} submissions of {A}, graded by `course autograde {A} --jobs "
         f"{result['jobs']}` (default sandbox, warm start) from a cold start; the "
         f"looping class is the same class with {k} of them ({k / n:.0%}) handing in "
-        f"`alibi_bias` as `while True: pass`. Per-cell limit for {A}: "
+        f"`alibi_bias` as `while True: pass` (students "
+        f"{', '.join(f's{i:03d}' for i in result['placement'])} of "
+        f"s000-s{n - 1:03d}). Per-cell limit for {A}: "
         f"{result['per_cell']} s. Both gradebooks hold the expected scores (6 "
         "points for every honest student, 3 for a looping one). "
         f"{os.cpu_count()} CPUs, shared with other sessions: load average "
@@ -256,16 +275,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop-share", type=float, default=0.1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--placement", choices=("middle", "end"), default="middle",
+                    help="where in each block of the class the looping student "
+                         "is (end: the last, the worst case)")
     ap.add_argument("--cell-limit", type=int, default=None,
                     help="override ex05's per-cell limit (default: nbgrader_config.py)")
     args = ap.parse_args(argv)
     if args.submissions < 1 or args.rounds < 1:
         ap.error("--submissions and --rounds must be at least 1")
-    looping = looping_students(args.submissions, args.loop_share)
+    looping = looping_students(args.submissions, args.loop_share, args.placement)
     if not looping:
         ap.error("no student loops: raise --loop-share or --submissions")
     result = run(args.submissions, args.loop_share, args.jobs, args.rounds,
-                 args.cell_limit)
+                 args.cell_limit, args.placement)
     print(report(result))
     return 0
 

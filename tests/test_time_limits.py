@@ -306,17 +306,24 @@ def test_ex10_hidden_training_runs_on_one_thread(monkeypatch):
 
 
 def test_bench_timeouts_spreads_the_loops():
-    """benchmarks/bench_timeouts.py: 10 % of a class loops, spread over it."""
+    """benchmarks/bench_timeouts.py: 10 % of a class loops, one in the middle of
+    every ten (or the last of every ten, the worst case)."""
     from benchmarks.bench_timeouts import looping_students
 
-    assert looping_students(20, 0.1) == [9, 19]
-    assert looping_students(200, 0.1)[:3] == [9, 19, 29]
-    assert len(looping_students(200, 0.1)) == 20
-    assert looping_students(3, 0.1) == [2]
+    assert looping_students(20, 0.1) == [5, 15]
+    assert looping_students(20, 0.1, "end") == [9, 19]
+    loops = looping_students(200, 0.1)
+    assert len(loops) == 20 and loops[:3] == [5, 15, 25]
+    assert all(10 * k <= s < 10 * (k + 1) for k, s in enumerate(loops))
+    assert looping_students(3, 0.1) == [1]
+    assert looping_students(3, 0.1, "end") == [2]
     assert looping_students(10, 0.0) == []
     assert looping_students(4, 1.0) == [0, 1, 2, 3]
+    assert looping_students(4, 1.0, "end") == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="share must lie in"):
         looping_students(10, 1.5)
+    with pytest.raises(ValueError, match="placement must be"):
+        looping_students(10, 0.1, "first")
 
 
 @pytest.mark.slow
