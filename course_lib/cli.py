@@ -337,12 +337,20 @@ def _add_publish(sub) -> None:
         "(no solution listings), the release and chapter notebooks, the student "
         "wheel and a Binder environment",
     )
-    p.add_argument("out", type=Path, metavar="OUT",
-                   help="a new or empty folder (gets html/, notebooks/, "
-                   "book/notebooks/, dist/, binder/)")
-    p.add_argument("--root", type=Path, metavar="DIR",
-                   help="course folder (default: the nearest folder with _config.yml "
-                   "and notebooks/ at or above the working directory)")
+    p.add_argument(
+        "out",
+        type=Path,
+        metavar="OUT",
+        help="a new or empty folder (gets html/, notebooks/, "
+        "book/notebooks/, dist/, binder/)",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        metavar="DIR",
+        help="course folder (default: the nearest folder with _config.yml "
+        "and notebooks/ at or above the working directory)",
+    )
 
 
 def _add_lab(sub) -> None:
@@ -421,6 +429,7 @@ def _cmd_autograde(args) -> int:
         limits_text,
         summary_lines,
     )
+    from .grading.kernels.guard import sweep_leftovers
     from .grading.kernels.sandbox import grading_launcher
     from .grading.kernels.start import KernelContext, KernelLimits
 
@@ -429,13 +438,18 @@ def _cmd_autograde(args) -> int:
     with course.gradebook(create=False, assignment=args.assignment) as gb:
         args.assignment = course.resolve_released(gb, args.assignment)
     limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
+    removed = sweep_leftovers()
+    if removed:
+        print(
+            f"course autograde: removed {removed} temporary folder(s) left by "
+            "grading runs whose process is gone",
+            file=sys.stderr,
+        )
     if args.cluster and not args.unsafe_no_sandbox:
         from .grading.kernels.sandbox import SandboxLauncher, SandboxSettings
 
         # each worker checks and builds its own sandbox (course_lib.grading.cluster)
-        launcher = SandboxLauncher(
-            SandboxSettings(max_processes=args.max_processes)
-        )
+        launcher = SandboxLauncher(SandboxSettings(max_processes=args.max_processes))
         warning = None
     else:
         launcher, warning = grading_launcher(
@@ -491,8 +505,9 @@ def _cmd_report(args) -> int:
 def _cmd_publish(args) -> int:
     from .grading.editions.publish import publish
 
-    result = publish(args.out, root=args.root,
-                     log=lambda line: print(line, file=sys.stderr))
+    result = publish(
+        args.out, root=args.root, log=lambda line: print(line, file=sys.stderr)
+    )
     files = sorted(p for p in result.out.rglob("*") if p.is_file())
     print(f"published {len(files)} files to {result.out}:")
     pages = sum(1 for p in files if p.suffix == ".html" and result.html in p.parents)

@@ -36,7 +36,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +56,7 @@ from .gradebook import (
     submission_scores,
     write_status,
 )
+from .kernels.guard import owned_tempdir
 from .kernels.start import KernelLauncher, KernelLimits, RlimitLauncher, format_bytes
 
 __all__ = ["AutogradeOptions", "AutogradeSummary", "Outcome", "autograde"]
@@ -402,7 +402,7 @@ def _autograde(
     client: Any,
     t_start: float,
 ) -> AutogradeSummary:
-    scratch = Path(tempfile.mkdtemp(prefix="course-autograde-"))
+    scratch = owned_tempdir("course-autograde-")
     try:
         with course.gradebook(create=False, assignment=assignment) as gb:
             plan = _plan(course, gb, assignment, options)

@@ -51,6 +51,7 @@ from typing import Any
 
 from .editions.library import library_fingerprint
 from .errors import CourseError
+from .kernels.guard import owned_tempdir, sweep_leftovers
 
 __all__ = [
     "connect",
@@ -166,6 +167,16 @@ def _scratch_root() -> Path:
         base = Path(tempfile.gettempdir())
     folder = base / "course-autograde"
     folder.mkdir(parents=True, exist_ok=True)
+    if not _WORKER_STATE.get("swept"):
+        # what an earlier worker here left when it was killed (its guard gone too)
+        _WORKER_STATE["swept"] = True
+        removed = sweep_leftovers() + sweep_leftovers(folder, ("run-",))
+        if removed:
+            print(
+                f"course worker {_worker_name()}: removed {removed} temporary "
+                "folder(s) left by grading processes that are gone",
+                flush=True,
+            )
     return folder
 
 
@@ -268,7 +279,7 @@ def grade_task(
                     "cluster'), or take that worker out of the cluster"
                 )
             }
-        scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_root()))
+        scratch = owned_tempdir("run-", _scratch_root())
         try:
             template = scratch / "template.db"
             template.write_bytes(shared.template_db)

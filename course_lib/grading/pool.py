@@ -2,7 +2,8 @@
 at a time.
 
 Each worker is forked from the grading process (so nbgrader, torch and the trusted
-graders it imported are there at once), writes its output to the run's
+graders it imported are there at once), dies with it (however it dies: a parent-death
+signal, :mod:`course_lib.grading.kernels.guard`), writes its output to the run's
 ``workers.log``, and grades with :func:`course_lib.grading.grade.grade_submission`.
 The parent hands out the submissions, passes every result to ``finish`` as it
 arrives (exactly once per submission), and replaces a worker that died or did not
@@ -34,6 +35,7 @@ from .grade import (
     worker_environment,
     worker_timed_out,
 )
+from .kernels.guard import die_with_parent
 from .kernels.start import kill_process_group
 
 __all__ = ["grade_locally"]
@@ -41,7 +43,8 @@ __all__ = ["grade_locally"]
 Finish = Callable[[Job, dict[str, Any]], None]
 
 
-def _worker_main(conn: Connection, spec: WorkerSpec) -> None:
+def _worker_main(conn: Connection, spec: WorkerSpec, parent: int) -> None:
+    die_with_parent(parent)  # and its kernel with it (see kernels.guard)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     log = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
@@ -72,7 +75,7 @@ class _Worker:
         self.conn, child = multiprocessing.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker_main,
-            args=(child, spec),
+            args=(child, spec, os.getpid()),
             name=f"course-autograde-{index}",
             daemon=True,
         )

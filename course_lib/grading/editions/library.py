@@ -51,7 +51,8 @@ __all__ = [
 
 PACKAGE = Path(__file__).resolve().parents[2]
 # The part of grading/ that `course check` needs on a student's machine (paths
-# inside grading/).
+# inside grading/); kernels/_sandbox_exec.py is also what a sandboxed grading kernel
+# runs.
 STUDENT_GRADING_MODULES = (
     "__init__.py",
     "check.py",
@@ -59,12 +60,12 @@ STUDENT_GRADING_MODULES = (
     "errors.py",
     "kernels/__init__.py",
     "kernels/_rlimit_exec.py",
+    "kernels/_sandbox_exec.py",
+    "kernels/guard.py",
     "kernels/start.py",
     "notebooks/__init__.py",
     "notebooks/repair.py",
 )
-# What a sandboxed grading kernel runs from grading/ besides those.
-GRADING_KERNEL_MODULES = ("kernels/_sandbox_exec.py",)
 _DATA_FILES = (
     "checks/public_expected.pt",
     "data/lab_results.json",
@@ -168,9 +169,7 @@ def _first_paragraph(node: ast.FunctionDef) -> str | None:
     return doc.split("\n\n")[0].strip()
 
 
-def _stub_body(
-    node: ast.FunctionDef, message: str, indent: str, keep_doc: bool
-) -> str:
+def _stub_body(node: ast.FunctionDef, message: str, indent: str, keep_doc: bool) -> str:
     doc = _first_paragraph(node) if keep_doc else None
     out = ""
     if doc:
@@ -197,7 +196,8 @@ def _stub_functions(source: str, stubs: dict[str, str], *, keep_doc: bool) -> st
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in stubs:
             methods = (
-                [node] if isinstance(node, ast.FunctionDef)
+                [node]
+                if isinstance(node, ast.FunctionDef)
                 else [m for m in node.body if isinstance(m, ast.FunctionDef)]
             )
             for method in methods:
@@ -264,15 +264,17 @@ def _oracle_imports(source: str, short: str) -> str:
         elif isinstance(node, ast.FunctionDef) and node.name in local:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             key = f"{short}:{node.name}"
-            edits.append((first, node.end_lineno,
-                          f"{node.name} = _stored.reference({key!r})\n"))
+            edits.append(
+                (first, node.end_lineno, f"{node.name} = _stored.reference({key!r})\n")
+            )
     if not edits:
         return source
     # the oracle module is imported before every other import (after any
     # ``from __future__``): the replaced reference imports come before the rest
     first_import = next(
         (
-            n for n in tree.body
+            n
+            for n in tree.body
             if isinstance(n, ast.Import)
             or (isinstance(n, ast.ImportFrom) and n.module != "__future__")
         ),
@@ -280,8 +282,9 @@ def _oracle_imports(source: str, short: str) -> str:
     )
     if first_import is None:
         raise RuntimeError("a checks module without imports: cannot add _stored")
-    edits.append((first_import.lineno, first_import.lineno - 1,
-                  "from . import _stored\n"))
+    edits.append(
+        (first_import.lineno, first_import.lineno - 1, "from . import _stored\n")
+    )
     return _replace_lines(source, edits)
 
 
@@ -511,18 +514,34 @@ def build_student_wheel(dest_dir: Path) -> Path:
         (root / "pyproject.toml").write_text(_pyproject(PACKAGE))
         before = set(dest_dir.glob("*.whl"))
         run = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-             "--no-index", "--quiet", "--wheel-dir", str(dest_dir), str(root)],
-            capture_output=True, text=True, cwd=tmp,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--quiet",
+                "--wheel-dir",
+                str(dest_dir),
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
         )
         if run.returncode != 0:
             raise RuntimeError(
                 "building the student wheel failed: "
                 + (run.stderr.strip().splitlines() or ["(no message)"])[-1]
             )
-    built = sorted(set(dest_dir.glob("course_lib-*.whl")) - before) or sorted(
-        dest_dir.glob("course_lib-*.whl"), key=lambda p: p.stat().st_mtime
-    )[-1:]
+    built = (
+        sorted(set(dest_dir.glob("course_lib-*.whl")) - before)
+        or sorted(dest_dir.glob("course_lib-*.whl"), key=lambda p: p.stat().st_mtime)[
+            -1:
+        ]
+    )
     if not built:
         raise RuntimeError(f"pip reported success but left no wheel in {dest_dir}")
     return built[-1]
@@ -577,9 +596,7 @@ class _Planner:
 
         from course_lib.checks._errors import CheckFailed
 
-        position = next(
-            (i for i, a in enumerate(self.arguments) if a is fn), None
-        )
+        position = next((i for i, a in enumerate(self.arguments) if a is fn), None)
         if position is None or not isinstance(fn, _StandIn):
             raise _DirectCall(call)
         self.plan.append((position, call, copy.deepcopy(args), copy.deepcopy(kwargs)))
@@ -669,7 +686,7 @@ def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
         _record._session = previous_session
     for key in plans:
         for module_name in unplannable:
-            for (m, name) in graders:
+            for m, name in graders:
                 if m == module_name:
                     plans[key].pop(name, None)
     return plans, unplannable
@@ -684,11 +701,17 @@ def _deferred_stubs(source: str, planned: set[str]) -> str:
         if isinstance(node, ast.FunctionDef) and node.name in planned:
             first, last, indent = _body_span(node)
             params = [a.arg for a in node.args.args]
-            edits.append((first, last, (
-                f"{indent}from ._core import deferred_grade\n"
-                f"{indent}deferred_grade({node.name!r}, "
-                f"({''.join(p + ', ' for p in params)}))\n"
-            )))
+            edits.append(
+                (
+                    first,
+                    last,
+                    (
+                        f"{indent}from ._core import deferred_grade\n"
+                        f"{indent}deferred_grade({node.name!r}, "
+                        f"({''.join(p + ', ' for p in params)}))\n"
+                    ),
+                )
+            )
     return _replace_lines(source, edits)
 
 
@@ -716,8 +739,7 @@ def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, se
         path.write_text(_deferred_stubs(path.read_text(), planned))
         compile(path.read_text(), str(path), "exec")
     torch.save(plans, out / "checks" / "_plans.pt")
-    # the sandbox's own start-up script runs from the package folder the kernel sees
-    for name in GRADING_KERNEL_MODULES:
-        shutil.copyfile(package / "grading" / name, out / "grading" / name)
+    # (the sandbox's own start-up script, kernels/_sandbox_exec.py, is among the
+    # STUDENT_GRADING_MODULES: the kernel runs it from the package folder it sees)
     compileall.compile_dir(str(out), quiet=2)
     return out, {m.rsplit(".", 1)[-1] for m in unplannable}

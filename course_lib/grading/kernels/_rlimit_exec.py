@@ -1,16 +1,21 @@
 """Set resource limits on this process, then become the given command.
 
-Run as a script (``python -I -S _rlimit_exec.py AS_BYTES CPU_SECONDS -- CMD...``) by
-:class:`course_lib.grading.kernels.start.RlimitLauncher`: the limits are inherited by
-the Jupyter kernel it execs into. ``0`` means no limit. Standard library only, so it
-starts in milliseconds.
+Run as a script (``python -I -S _rlimit_exec.py AS_BYTES CPU_SECONDS OWNER -- CMD...``)
+by :class:`course_lib.grading.kernels.start.RlimitLauncher`: the limits are inherited
+by the Jupyter kernel it execs into. ``0`` means no limit. The kernel also inherits a
+parent-death signal: it is killed (SIGKILL) when its owner, process ``OWNER``, exits,
+however it exits. Standard library only, so it starts in milliseconds.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
+import signal
 import sys
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _set(limit: int, value: int) -> None:
@@ -19,11 +24,19 @@ def _set(limit: int, value: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """Apply ``argv = [AS_BYTES, CPU_SECONDS, "--", *command]`` and exec the command."""
-    if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: _rlimit_exec.py AS_BYTES CPU_SECONDS -- COMMAND...")
-    address_space, cpu = int(argv[0]), int(argv[1])
-    command = argv[3:]
+    """Apply ``argv = [AS_BYTES, CPU_SECONDS, OWNER, "--", *command]`` and exec the
+    command."""
+    if len(argv) < 5 or argv[3] != "--":
+        sys.exit("usage: _rlimit_exec.py AS_BYTES CPU_SECONDS OWNER -- COMMAND...")
+    address_space, cpu, owner = int(argv[0]), int(argv[1]), int(argv[2])
+    command = argv[4:]
+    # (the same two steps as _sandbox_exec.die_with_parent; this script stays
+    # standalone: the student wheel's `course check` runs it without the sandbox's)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != owner:
+        os.kill(os.getpid(), signal.SIGKILL)
     _set(resource.RLIMIT_AS, address_space)
     if cpu > 0:
         # The soft limit sends SIGXCPU (the kernel dies); the hard one a second later

@@ -22,6 +22,19 @@ line; this script only does what bubblewrap cannot:
 sandbox: sets the resource limits (``RLIMIT_NPROC`` only now, inside the sandbox's own
 user namespace, so that one sandbox's processes never count against another's) and
 becomes the kernel.
+
+Nothing here outlives its owner or the kernel's wall time. ``outer`` dies with the
+process that started it (a parent-death signal, SIGKILL, set after the last change of
+user, which would clear it; checked against the owner's PID, in case the owner died
+first) and stays bubblewrap's parent; bubblewrap's ``--die-with-parent`` takes the
+sandbox with it, and every process in the sandbox's PID namespace ends with the
+sandbox's PID 1. ``outer`` also kills the sandbox once the kernel has run for its
+wall time: the limit is kept by a process that lives exactly as long as the kernel,
+whatever happens to the grader.
+
+``guard FD``, started by :mod:`course_lib.grading.kernels.guard`: reads folder paths
+(one per line) from the pipe ``FD`` until every process holding its other end has
+exited, however it exited, then removes those folders.
 """
 
 from __future__ import annotations
@@ -56,6 +69,23 @@ def _libc():
     ]
     libc.unshare.argtypes = [ctypes.c_int]
     return libc
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Have this process killed (SIGKILL) when its parent exits, and at once if the
+    parent, process ``parent``, has already gone. Set it after any change of user:
+    the kernel clears the setting on one."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    _check(
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0),
+        "prctl(PR_SET_PDEATHSIG)",
+    )
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _check(result: int, what: str) -> None:
@@ -149,6 +179,7 @@ def outer(spec_path: str) -> None:
     drop = spec.get("drop")
     if drop:
         _drop(int(drop["uid"]), int(drop["gid"]))
+    die_with_parent(int(spec["owner"]))
     log_fd = _log_reader()
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
@@ -162,7 +193,40 @@ def outer(spec_path: str) -> None:
     if conn is not None:
         _warm(spec, warm, conn, info_fd, info_reader)
     argv = [a.replace("{info_fd}", str(info_fd)) for a in spec["argv"]]
-    os.execv(argv[0], argv)
+    bwrap = os.fork()
+    if bwrap == 0:
+        os.execv(argv[0], argv)
+    os.close(info_fd)
+    _watch(bwrap, float(spec.get("wall") or 0))
+    while True:
+        try:
+            _, status = os.waitpid(bwrap, 0)
+            break
+        except InterruptedError:
+            continue
+    os._exit(_exit_code(status))
+
+
+def _watch(bwrap: int, wall: float) -> None:
+    """Kill the sandbox (bubblewrap, ``bwrap``), and this process with it, once the
+    kernel has run ``wall`` seconds (0: no limit), or when this process is told to
+    end (SIGTERM)."""
+
+    def end(signum, frame):
+        if signum == signal.SIGALRM:
+            os.write(
+                2,
+                f"wall-time limit: the kernel ran {wall:g} s; its sandbox was "
+                "killed\n".encode(),
+            )
+        with contextlib.suppress(OSError):
+            os.kill(bwrap, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, end)
+    if wall > 0:
+        signal.signal(signal.SIGALRM, end)
+        signal.setitimer(signal.ITIMER_REAL, wall)
 
 
 def process_gone(pid: int) -> bool:
@@ -203,6 +267,7 @@ def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
     kernel into it, forward interrupts to the kernel, and exit as bubblewrap would
     have: with the kernel's status, or 128 + the signal that killed it."""
     bwrap, ready_r = _hold_sandbox(warm, conn, info_fd)
+    _watch(bwrap, float(spec.get("wall") or 0))
     pidfd, kernel = _fork_from_template(warm, conn, info_reader)
 
     def interrupt(signum, frame):
@@ -212,12 +277,7 @@ def _warm(spec: dict, warm: dict, conn, info_fd: int, info_reader: int) -> None:
             except OSError:
                 pass
 
-    def terminate(signum, frame):
-        os.kill(bwrap, signal.SIGKILL)
-        os._exit(128 + signum)
-
     signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, terminate)
     status = _kernel_status(ready_r, kernel) if kernel is not None else None
     # The kernel is gone: so goes the sandbox (and whatever the kernel left in it).
     os.kill(bwrap, signal.SIGKILL)
@@ -373,9 +433,33 @@ def inner(argv: list[str]) -> None:
     os.execv(command[0], command)
 
 
+def guard(fd: int) -> None:
+    """Collect the folder paths written to ``fd`` (one per line) until end of file,
+    that is until every process that holds the pipe's other end has exited; then
+    remove them, the last registered first."""
+    import shutil
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    paths = [line for line in data.decode(errors="replace").split("\n") if line]
+    for path in reversed(paths):
+        if os.path.isabs(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["outer"] and len(argv) == 2:
         outer(argv[1])
+    elif len(argv) == 2 and argv[0] == "guard":
+        guard(int(argv[1]))
     elif argv[:1] == ["inner"]:
         inner(argv[1:])
     elif len(argv) == 2 and argv[0] == "hold":
@@ -383,7 +467,7 @@ def main(argv: list[str]) -> None:
     else:
         sys.exit(
             "usage: _sandbox_exec.py outer SPEC | inner AS CPU NPROC ... -- CMD"
-            " | hold FD"
+            " | hold FD | guard FD"
         )
 
 

@@ -78,6 +78,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .guard import owned_tempdir
 from .start import KernelContext, KernelLauncher, KernelLimits, format_bytes
 
 __all__ = [
@@ -321,7 +322,7 @@ class SandboxLauncher(KernelLauncher):
         with self._lock:
             base = self._base.get(pid)
             if base is None or not base.is_dir():
-                base = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
+                base = owned_tempdir("course-sandbox-")
                 base.chmod(0o711)
                 self._base[pid] = base
             return base
@@ -495,9 +496,10 @@ class SandboxLauncher(KernelLauncher):
             return self._template_state
 
     def _start_template(self, log_path: str | None) -> _Template:
-        folder = Path(tempfile.mkdtemp(prefix="template-", dir=self._base_dir()))
+        # short names: a Unix socket's path has at most 107 bytes
+        folder = Path(tempfile.mkdtemp(prefix="tpl-", dir=self._base_dir()))
         folder.chmod(0o700)
-        sock = str(folder / "template.sock")
+        sock = str(folder / "sock")
         read_end, write_end = os.pipe()
         edition = self.settings.library_edition
         log = None
@@ -643,6 +645,9 @@ class SandboxLauncher(KernelLauncher):
             "info_file": str(state.info_file),
             "stage": binds.stage(),
             "drop": drop,
+            # `outer` dies with this process, and kills the sandbox at the wall time
+            "owner": os.getpid(),
+            "wall": context.limits.wall_seconds or 0,
         }
 
     def _limit_values(self, limits: KernelLimits) -> list[int]:
@@ -878,7 +883,7 @@ def grading_edition() -> tuple[str, tuple[str, ...]]:
     user's cache (:func:`_edition_cache`) and copied from there by later runs."""
     import atexit
 
-    folder = tempfile.mkdtemp(prefix="course-grading-edition-")
+    folder = str(owned_tempdir("course-grading-edition-"))
     atexit.register(shutil.rmtree, folder, True)
     os.chmod(folder, 0o755)  # the sandbox may run as another user
     cache = _edition_cache()

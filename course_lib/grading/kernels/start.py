@@ -22,7 +22,6 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -178,9 +177,11 @@ def use_private_ipc(manager: GradingKernelManager) -> bool:
     """
     if os.name != "posix":
         return False
-    folder = tempfile.mkdtemp(prefix="kernel-")
+    from .guard import owned_tempdir
+
+    folder = str(owned_tempdir("course-kernel-"))
     if len(os.path.join(folder, "kernel-99999")) > _MAX_SOCKET_PATH:
-        os.rmdir(folder)
+        shutil.rmtree(folder, ignore_errors=True)
         return False
     manager._private_ipc_folder = folder
     manager.transport = "ipc"
@@ -191,7 +192,8 @@ def use_private_ipc(manager: GradingKernelManager) -> bool:
 
 class RlimitLauncher(KernelLauncher):
     """Start the kernel through ``_rlimit_exec.py``: ``RLIMIT_AS`` = the memory limit,
-    ``RLIMIT_CPU`` = the CPU backstop, no core dumps."""
+    ``RLIMIT_CPU`` = the CPU backstop, no core dumps; the kernel dies with the process
+    that started it."""
 
     def wrap(self, command: list[str], context: KernelContext) -> list[str]:
         limits = context.limits
@@ -202,6 +204,7 @@ class RlimitLauncher(KernelLauncher):
             str(_RLIMIT_SCRIPT),
             str(limits.memory or 0),
             str(limits.effective_cpu_seconds or 0),
+            str(os.getpid()),
             "--",
             *command,
         ]
