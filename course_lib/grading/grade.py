@@ -94,14 +94,21 @@ def _first_line(text: str, limit: int = 300) -> str:
     return ""
 
 
-def time_limit_reason(limit: int | float | None, grade_id: str) -> str:
-    """What a test cell cut off by the per-cell time limit records: never "wrong".
+def time_limit_reason(
+    limit: int | float | None, grade_id: str, detail: str = ""
+) -> str:
+    """What a test cell cut off by the per-cell time limit records: never "wrong";
+    ``detail``: which function did not return.
 
     >>> time_limit_reason(60, "alibi_bias__hidden")
     'ungradable: time limit (60 s per cell, cell `alibi_bias__hidden`)'
+    >>> time_limit_reason(10, "f__public", "`f` did not return")
+    'ungradable: time limit (10 s per cell, cell `f__public`): `f` did not return'
     """
     size = f"{limit:g} s per cell" if limit else "the per-cell limit"
-    return f"ungradable: time limit ({size}, cell `{grade_id}`)"
+    return f"ungradable: time limit ({size}, cell `{grade_id}`)" + (
+        f": {detail}" if detail else ""
+    )
 
 
 def cell_time_limit(config, assignment: str) -> int | None:
@@ -121,8 +128,11 @@ def cell_time_limit(config, assignment: str) -> int | None:
 
 def _cell_failures(notebook_path: Path, limit: int | None = None) -> dict[str, str]:
     """grade id -> first line of the error of every graded cell that raised; a cell
-    cut off by the time limit says so (:func:`time_limit_reason`)."""
+    cut off by the time limit says so (:func:`time_limit_reason`), and so does one
+    not run because a function it checks had already hung."""
     import nbformat
+
+    from .notebooks.integrity import HUNG_BEFORE
 
     nb = nbformat.read(str(notebook_path), as_version=4)
     failures = {}
@@ -135,7 +145,12 @@ def _cell_failures(notebook_path: Path, limit: int | None = None) -> dict[str, s
             continue
         names = [o.get("ename", "Error") for o in errors]
         if "CellTimeoutError" in names:
-            message = time_limit_reason(limit, meta.get("grade_id", "?"))
+            said = str(errors[names.index("CellTimeoutError")].get("evalue", ""))
+            detail = said if said.endswith("did not return") else ""
+            message = time_limit_reason(limit, meta.get("grade_id", "?"), detail)
+        elif HUNG_BEFORE in names:
+            said = errors[names.index(HUNG_BEFORE)].get("evalue", "")
+            message = f"ungradable: time limit: {said}"
         else:
             message = f"{names[0]}: {errors[0].get('evalue', '')}"
         failures[meta.get("grade_id", "?")] = _first_line(message)

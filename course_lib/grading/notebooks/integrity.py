@@ -1,7 +1,7 @@
 """Test cells judged outside the student's kernel, and a cap on notebook output.
 
 :class:`VerifiedExecute` is nbgrader's ``Execute`` step as ``course autograde`` runs
-it. It differs in three ways:
+it. It differs in four ways:
 
 * every kernel starts with :func:`course_lib.checks._record.start` (IPython's
   ``exec_lines``, before any cell), so the graders record what they gave the
@@ -14,6 +14,9 @@ it. It differs in three ways:
   the kernel, the replay passes, and the kernel saw no tampering. Any sign of
   tampering fails the cell with a ``TamperingDetected`` error that says what was
   seen;
+* a test cell that checks a function which already ran into the per-cell time limit
+  in an earlier cell is not run (:data:`HUNG_BEFORE`): an infinite loop costs the
+  run one wait, not one per cell that calls it;
 * a cell's output is cut after :attr:`VerifiedExecute.max_cell_output` bytes (and a
   notebook's after :attr:`VerifiedExecute.max_notebook_output`): a submission that
   prints megabytes cannot bloat the gradebook, the feedback or the grader's memory.
@@ -42,6 +45,7 @@ from traitlets import Integer
 from ..kernels.execute import GradingExecute
 
 __all__ = [
+    "HUNG_BEFORE",
     "GraderCall",
     "VerifiedExecute",
     "autograde_preprocessors",
@@ -55,6 +59,9 @@ _START = (
 )
 _EXEC_LINES = f"--IPKernelApp.exec_lines={_START}"
 _RECORD = "course_lib.checks._record"
+# The error of a test cell not run because a function it checks already ran into
+# the time limit in an earlier cell.
+HUNG_BEFORE = "TimeLimitEarlier"
 # Errors after which the kernel may still be busy with the cell.
 _BUSY = {"CellTimeoutError", "DeadKernelError", "UnresponsiveKernelError"}
 
@@ -186,6 +193,7 @@ class VerifiedExecute(GradingExecute):
         self._notebook_bytes = 0
         self._truncated: set[int] = set()
         self._verified, self._verify_seconds = 0, 0.0
+        self._hung: dict[str, str] = {}  # function -> the cell where it hung
         with super().setup_kernel(**kwargs):
             yield
         self.log.info(
@@ -228,9 +236,12 @@ class VerifiedExecute(GradingExecute):
     # ------------------------------------------------------- verified test cells
 
     def preprocess_cell(self, cell, resources, index):
+        if _is_test_cell(cell) and self._skip_hung(cell):
+            return cell, resources
         cell, resources = super().preprocess_cell(cell, resources, index)
         if _is_test_cell(cell):
             calls = grader_calls(cell.source, self._graders, self._imported)
+            self._note_hung(cell, calls)
             if calls is not None:
                 start = time.perf_counter()
                 self._verify(cell, calls)
@@ -240,6 +251,54 @@ class VerifiedExecute(GradingExecute):
             # Imports in any cell tell which module a grader name comes from.
             grader_calls(cell.source, self._graders, self._imported)
         return cell, resources
+
+    # ------------------------------------------------- functions that never return
+
+    def _checked(self, cell: NotebookNode, calls: list[GraderCall] | None) -> list[str]:
+        """The student's functions a test cell checks: the names its grader calls
+        pass, else the one its grade id names (``<function>__public``)."""
+        names = [v for c in calls or () for kind, v in c.args if kind == "name"]
+        if not names:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+            if "__" in grade_id:
+                names = [grade_id.rsplit("__", 1)[0]]
+        return names
+
+    def _note_hung(self, cell: NotebookNode, calls: list[GraderCall] | None) -> None:
+        """After a test cell ran into the time limit: remember the functions it
+        checks, and say in its error that they did not return."""
+        timeouts = [
+            o
+            for o in cell.get("outputs", [])
+            if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"
+        ]
+        if not timeouts:
+            return
+        names = self._checked(cell, calls)
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "?")
+        for name in names:
+            self._hung.setdefault(name, grade_id)
+        if names:
+            said = " / ".join(f"`{n}`" for n in names)
+            timeouts[0]["evalue"] = f"{said} did not return"
+            timeouts[0]["traceback"] = [f"CellTimeoutError: {said} did not return"]
+
+    def _skip_hung(self, cell: NotebookNode) -> bool:
+        """Whether a test cell checks a function that already ran into the time
+        limit: then it is not run (no second wait) and fails with that reason."""
+        calls = grader_calls(cell.source, self._graders, dict(self._imported))
+        hung = [n for n in self._checked(cell, calls) if n in self._hung]
+        if not hung:
+            return False
+        cell.outputs = [
+            _failure(
+                HUNG_BEFORE,
+                f"`{hung[0]}` did not return in cell `{self._hung[hung[0]]}`; "
+                "not run again",
+            )
+        ]
+        cell.execution_count = None
+        return True
 
     def _verify(self, cell: NotebookNode, calls: list[GraderCall]) -> None:
         errors = [
