@@ -25,9 +25,10 @@ c.CourseDirectory.course_id = "positional-encodings"
 # cast, nothing vectorised, values recomputed inside loops, lists then torch.tensor)
 # cold, each notebook in a new sandboxed grading kernel (one thread, nice -n 10, as
 # nbgrader autogrades: NBGRADER_EXECUTION set). benchmarks/honest_costs.json keeps
-# every variant's time; the larger of two runs is taken. Measured 2026-11-25 between
-# 23:27 and 23:40 UTC on an Intel Xeon, 2 cores, shared with other sessions and
-# busy: load average 5.1 to 11.9 (1 min), the machine's CPUs 98-100 % busy.
+# every variant's time; the larger of the runs is taken (two per assignment, four
+# for ex05, whose variants were measured in two pairings). Measured 2026-11-25
+# between 23:27 and 23:55 UTC on an Intel Xeon, 2 cores, shared with other sessions
+# and busy: load average 3.1 to 11.9 (1 min), the machine's CPUs 98-100 % busy.
 #
 # SOLUTION_COST: seconds of the slowest cell of each solution notebook (the kernel
 # imports torch before the first cell, so no import cell dominates any more: the

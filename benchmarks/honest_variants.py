@@ -13,7 +13,11 @@ grading kernel, cold, to set each assignment's limit above the slowest of them.
 answer cell ``<function>__answer``: it defines the same names the solution's cell
 defines, using only what the notebook's set-up cells import (``math``, ``torch``,
 ``torch.nn.functional as F`` in ex07) and the notebook's other answers (an
-``alibi_bias`` may call the notebook's ``alibi_slopes``).
+``alibi_bias`` may call the notebook's ``alibi_slopes``). The benchmark runs round
+``k`` with every function's ``k``-th variant at once, and the first variant of each
+function is a loop over indices (or, for ex11's scalar formulas, float64 torch
+scalars): round 0 is the student who wrote everything the slow way (ex05:
+``alibi_bias``'s triple loop calls the looping ``alibi_slopes`` for every entry).
 
 Helpers: :func:`answer_cells` (the solution's answer cells, in order),
 :func:`variant_answers` (those cells with variant number ``k`` of every function
@@ -346,18 +350,6 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
     },
     "ex05_alibi": {
         "alibi_slopes": {
-            "authors_recursive_lists": _src('''
-                def alibi_slopes(n_heads):
-                    def power_of_two(n):
-                        start = 2 ** (-2 ** -(math.log2(n) - 3))
-                        return [start * start ** i for i in range(n)]
-
-                    if math.log2(n_heads).is_integer():
-                        return torch.tensor(power_of_two(n_heads))
-                    c = 2 ** math.floor(math.log2(n_heads))
-                    extra = power_of_two(2 * c)[0::2][: n_heads - c]
-                    return torch.tensor(power_of_two(c) + extra)
-            '''),
             "python_loops_into_tensor": _src('''
                 def alibi_slopes(n_heads):
                     c = 1
@@ -371,6 +363,18 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
                             j = h - c
                             slopes[h] = 2 ** (-8 * (2 * j + 1) / (2 * c))
                     return slopes
+            '''),
+            "authors_recursive_lists": _src('''
+                def alibi_slopes(n_heads):
+                    def power_of_two(n):
+                        start = 2 ** (-2 ** -(math.log2(n) - 3))
+                        return [start * start ** i for i in range(n)]
+
+                    if math.log2(n_heads).is_integer():
+                        return torch.tensor(power_of_two(n_heads))
+                    c = 2 ** math.floor(math.log2(n_heads))
+                    extra = power_of_two(2 * c)[0::2][: n_heads - c]
+                    return torch.tensor(power_of_two(c) + extra)
             '''),
         },
         "alibi_bias": {
