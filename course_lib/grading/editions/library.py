@@ -51,21 +51,22 @@ __all__ = [
 
 PACKAGE = Path(__file__).resolve().parents[2]
 # The part of grading/ that `course check` needs on a student's machine (paths
-# inside grading/); kernels/_sandbox_exec.py is also what a sandboxed grading kernel
-# runs.
+# inside grading/).
 STUDENT_GRADING_MODULES = (
     "__init__.py",
     "check.py",
     "course.py",
     "errors.py",
     "kernels/__init__.py",
+    "kernels/_lifetime.py",
     "kernels/_rlimit_exec.py",
-    "kernels/_sandbox_exec.py",
     "kernels/guard.py",
     "kernels/start.py",
     "notebooks/__init__.py",
     "notebooks/repair.py",
 )
+# What a sandboxed grading kernel runs from grading/ besides those.
+GRADING_KERNEL_MODULES = ("kernels/_sandbox_exec.py",)
 _DATA_FILES = (
     "checks/public_expected.pt",
     "data/lab_results.json",
@@ -739,7 +740,8 @@ def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, se
         path.write_text(_deferred_stubs(path.read_text(), planned))
         compile(path.read_text(), str(path), "exec")
     torch.save(plans, out / "checks" / "_plans.pt")
-    # (the sandbox's own start-up script, kernels/_sandbox_exec.py, is among the
-    # STUDENT_GRADING_MODULES: the kernel runs it from the package folder it sees)
+    # the sandbox's own start-up script runs from the package folder the kernel sees
+    for name in GRADING_KERNEL_MODULES:
+        shutil.copyfile(package / "grading" / name, out / "grading" / name)
     compileall.compile_dir(str(out), quiet=2)
     return out, {m.rsplit(".", 1)[-1] for m in unplannable}

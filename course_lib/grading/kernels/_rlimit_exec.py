@@ -9,13 +9,14 @@ however it exits. Standard library only, so it starts in milliseconds.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
-import signal
 import sys
 
-_PR_SET_PDEATHSIG = 1
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves it off
+from _lifetime import die_with_parent  # noqa: E402
+
+del sys.path[0]
 
 
 def _set(limit: int, value: int) -> None:
@@ -30,13 +31,7 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: _rlimit_exec.py AS_BYTES CPU_SECONDS OWNER -- COMMAND...")
     address_space, cpu, owner = int(argv[0]), int(argv[1]), int(argv[2])
     command = argv[4:]
-    # (the same two steps as _sandbox_exec.die_with_parent; this script stays
-    # standalone: the student wheel's `course check` runs it without the sandbox's)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != owner:
-        os.kill(os.getpid(), signal.SIGKILL)
+    die_with_parent(owner)
     _set(resource.RLIMIT_AS, address_space)
     if cpu > 0:
         # The soft limit sends SIGXCPU (the kernel dies); the hard one a second later

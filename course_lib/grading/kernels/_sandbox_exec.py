@@ -32,9 +32,8 @@ sandbox's PID 1. ``outer`` also kills the sandbox once the kernel has run for it
 wall time: the limit is kept by a process that lives exactly as long as the kernel,
 whatever happens to the grader.
 
-``guard FD``, started by :mod:`course_lib.grading.kernels.guard`: reads folder paths
-(one per line) from the pipe ``FD`` until every process holding its other end has
-exited, however it exited, then removes those folders.
+(``die_with_parent`` comes from ``_lifetime.py`` beside this file: see
+:mod:`course_lib.grading.kernels.guard`.)
 """
 
 from __future__ import annotations
@@ -46,6 +45,11 @@ import os
 import resource
 import signal
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves it off
+from _lifetime import die_with_parent  # noqa: E402
+
+del sys.path[0]
 
 _CLONE_NEWNS = 0x00020000
 _MS_NOSUID = 2
@@ -69,23 +73,6 @@ def _libc():
     ]
     libc.unshare.argtypes = [ctypes.c_int]
     return libc
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """Have this process killed (SIGKILL) when its parent exits, and at once if the
-    parent, process ``parent``, has already gone. Set it after any change of user:
-    the kernel clears the setting on one."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    _check(
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0),
-        "prctl(PR_SET_PDEATHSIG)",
-    )
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _check(result: int, what: str) -> None:
@@ -433,33 +420,10 @@ def inner(argv: list[str]) -> None:
     os.execv(command[0], command)
 
 
-def guard(fd: int) -> None:
-    """Collect the folder paths written to ``fd`` (one per line) until end of file,
-    that is until every process that holds the pipe's other end has exited; then
-    remove them, the last registered first."""
-    import shutil
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        data += chunk
-    paths = [line for line in data.decode(errors="replace").split("\n") if line]
-    for path in reversed(paths):
-        if os.path.isabs(path):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def main(argv: list[str]) -> None:
     if argv[:1] == ["outer"] and len(argv) == 2:
         outer(argv[1])
-    elif len(argv) == 2 and argv[0] == "guard":
-        guard(int(argv[1]))
+
     elif argv[:1] == ["inner"]:
         inner(argv[1:])
     elif len(argv) == 2 and argv[0] == "hold":
@@ -467,7 +431,7 @@ def main(argv: list[str]) -> None:
     else:
         sys.exit(
             "usage: _sandbox_exec.py outer SPEC | inner AS CPU NPROC ... -- CMD"
-            " | hold FD | guard FD"
+            " | hold FD"
         )
 
 

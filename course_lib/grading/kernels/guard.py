@@ -12,7 +12,7 @@ worker). So each piece ends through a mechanism of the kernel instead:
   the unsafe launcher's kernel; bubblewrap's ``--die-with-parent`` for the sandbox),
   or a pipe whose end of file means "owner gone" (the warm template).
 * **folders**: :func:`owned_tempdir` makes a folder and tells this process's *guard*
-  about it: a small process (``_sandbox_exec.py guard``) that holds the read end of a
+  about it: a small process (``_lifetime.py guard``) that holds the read end of a
   pipe whose write end only this process and its forks hold. When all of them have
   exited, however they exited, the pipe reaches end of file and the guard removes
   the folders.
@@ -21,7 +21,7 @@ worker). So each piece ends through a mechanism of the kernel instead:
   so a reused PID is not mistaken for it), and :func:`sweep_leftovers` removes the
   folders whose owner is gone.
 
-May import: the standard library and :mod:`._sandbox_exec`.
+May import: the standard library and :mod:`._lifetime`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ._sandbox_exec import die_with_parent
+from ._lifetime import die_with_parent
 
 __all__ = [
     "RUN_PREFIXES",
@@ -47,7 +47,7 @@ __all__ = [
     "sweep_leftovers",
 ]
 
-_EXEC_SCRIPT = Path(__file__).with_name("_sandbox_exec.py")
+_LIFETIME = Path(__file__).with_name("_lifetime.py")
 _OWNER = re.compile(r"(\d+)-(\d+)-")
 # the temporary folders a grading run makes (in the system's temporary folder)
 RUN_PREFIXES = (
@@ -102,7 +102,7 @@ def _guard_fd() -> int:
         read_end, write_end = os.pipe()
         try:
             _guard_process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_EXEC_SCRIPT), "guard", str(read_end)],
+                [sys.executable, "-I", "-S", str(_LIFETIME), "guard", str(read_end)],
                 pass_fds=(read_end,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
