@@ -173,9 +173,11 @@ def _add_check(sub) -> None:
     p.add_argument(
         "--timeout",
         type=int,
-        default=120,
+        default=None,
         metavar="S",
-        help="seconds each cell may run (default: 120)",
+        help="seconds each cell may run (default: from the course's table of time "
+        "limits for the assignment the notebook is named after, else 120); each "
+        "checked function gets the assignment's own limit inside the kernel",
     )
     p.add_argument(
         "--memory",
@@ -383,6 +385,7 @@ def _cmd_check(args) -> int:
         args.notebook,
         cell_timeout=args.timeout,
         limits=KernelLimits(memory=args.memory, wall_seconds=None),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(format_report(report))
     return 0 if report.ok else 1

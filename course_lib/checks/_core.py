@@ -90,6 +90,16 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
+class _DidNotReturn(BaseException):
+    """Raised into a student's function that ran past its time limit. A
+    BaseException, so that a student's ``except Exception`` cannot swallow it."""
+
+
+# function name -> (that function, the call of it that did not return in time);
+# a function defined again (its cell run again) is a new object and runs again
+_HUNG: dict[str, tuple[Callable[..., Any], str]] = {}
+
+
 def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -> Any:
     """Run the student's ``fn(*args, **kwargs)`` inside :func:`reference_trap`.
 
@@ -97,15 +107,84 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
     Exceptions become :class:`CheckFailed` that say which call raised what.
     At grading the call is also recorded, and the test is judged again outside the
     student's kernel from that record (see :mod:`course_lib.checks._record`).
+
+    Outside grading (a student's notebook, ``course check``) the call gets the
+    assignment's time limit (:mod:`course_lib.checks._time_limits`): a function that
+    does not return within it fails its check with a message that says so, and a
+    later check of the same function fails at once instead of waiting again. At
+    grading, the grading tool keeps the time limit, outside the kernel.
     """
     active = _record.session()
     if active is not None:
         result, notes = active.call(_call_student, fn, args, kwargs, call)
     else:
-        result, notes = _call_student(fn, args, kwargs, call)
+        limit = _limit_for(sys._getframe(1).f_globals.get("__name__", ""))
+        with _time_limit(fn, call, limit):
+            result, notes = _call_student(fn, args, kwargs, call)
     for note in notes:
         print(note)
     return result
+
+
+def _limit_for(module: str) -> tuple[str, float | None]:
+    """The assignment a grader module checks, and its time limit."""
+    from ._time_limits import check_time_limit
+
+    assignment = module.rsplit(".", 1)[-1] if module.startswith(__package__) else ""
+    return assignment, check_time_limit(assignment)
+
+
+@contextlib.contextmanager
+def _time_limit(
+    fn: Callable[..., Any], call: str, limit: tuple[str, float | None]
+) -> Iterator[None]:
+    """Let ``fn`` run at most the limit (a SIGALRM timer: the main thread only,
+    as Jupyter runs a cell); otherwise :class:`CheckFailed` saying that it did not
+    return, and the function is remembered (:data:`_HUNG`)."""
+    import signal
+    import threading
+
+    from ._time_limits import SOLUTION_CHECK_SECONDS
+
+    assignment, seconds = limit
+    name = getattr(fn, "__name__", "the function")
+    if name in _HUNG and _HUNG[name][0] is fn:
+        raise CheckFailed(
+            f"not run: {_HUNG[name][1]} did not return in an earlier check, and this "
+            f"check calls `{name}` too. Fix that first (then run its cell again)."
+        )
+    if (
+        seconds is None
+        or threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+    ):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _DidNotReturn()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    # again every second, should the student's code swallow the first one
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    except _DidNotReturn:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _HUNG[name] = (fn, call)
+        cost = SOLUTION_CHECK_SECONDS.get(assignment, {}).get(name)
+        reference = (
+            f" (the course's solution passes this whole check in {cost:g} s)"
+            if cost
+            else ""
+        )
+        raise CheckFailed(
+            f"{call} did not return within {seconds:g} s{reference}: look for a "
+            "loop that never ends, or a size that grows with every step."
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _call_student(

@@ -19,6 +19,7 @@ import contextlib
 import json
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,13 +141,27 @@ def _discard_kernel(km: _CheckKernelManager) -> None:
         run_sync(km.shutdown_kernel)(now=True)
 
 
+def cell_limit(notebook: Path) -> int:
+    """Seconds each cell of ``notebook`` may run by default: twice the course's
+    per-cell limit for the assignment it is named after, plus 10 s (inside the
+    kernel each checked function gets the limit itself, and says it did not return;
+    this only stops a loop outside any function), else 120."""
+    from ..checks._time_limits import CELL_TIME_LIMIT
+
+    limit = CELL_TIME_LIMIT.get(notebook.stem)
+    return 2 * limit + 10 if limit else 120
+
+
 def check_notebook(
     path: str | Path,
     *,
-    cell_timeout: int = 120,
+    cell_timeout: int | None = None,
     limits: KernelLimits | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CheckReport:
-    """Run the notebook at ``path`` and return one result per public check.
+    """Run the notebook at ``path`` and return one result per public check;
+    ``cell_timeout``: seconds per cell (default :func:`cell_limit`); ``progress`` is
+    told a line as each public check starts.
 
     The kernel is launched first, from a quick look at the file for its kernel name:
     it boots while this process imports nbformat and nbclient and reads and repairs
@@ -154,6 +169,8 @@ def check_notebook(
     path = Path(path).resolve()
     if not path.is_file():
         raise CourseError(f"{path} does not exist")
+    if cell_timeout is None:
+        cell_timeout = cell_limit(path)
     limits = limits or KernelLimits(wall_seconds=None)
     context = KernelContext(limits=limits)
     timer = None
@@ -182,7 +199,7 @@ def check_notebook(
             if km is not None and km.kernel_name != kernel:  # the quick look erred
                 _discard_kernel(km)
                 km = None
-            client = _client(nb, path, kernel, cell_timeout, km)
+            client = _client(nb, path, kernel, cell_timeout, km, progress)
             km = None  # nbclient shuts it down, as it would its own
             start_timer()
             problems = _execute(client, context, limits)
@@ -222,8 +239,13 @@ def _read_and_repair(path: Path):
     return nb, accidents, repaired.origins
 
 
-def _client(nb, path: Path, kernel: str, cell_timeout: int, km):
+def _client(nb, path: Path, kernel: str, cell_timeout: int, km, progress=None):
     from nbclient import NotebookClient
+
+    def started(cell, cell_index):
+        gid = _grade_id(cell)
+        if progress is not None and gid.endswith(PUBLIC_SUFFIX):
+            progress(f"checking {gid[: -len(PUBLIC_SUFFIX)]} ...")
 
     client = NotebookClient(
         nb,
@@ -235,6 +257,7 @@ def _client(nb, path: Path, kernel: str, cell_timeout: int, km):
         shutdown_kernel="immediate",
         kernel_manager_class=_CheckKernelManager,
         resources={"metadata": {"path": str(path.parent)}},
+        on_cell_execute=started,
     )
     # a kernel started early is shut down at the end like one nbclient started
     client.owns_km = True
