@@ -26,9 +26,11 @@ c.CourseDirectory.course_id = "positional-encodings"
 # cold, each notebook in a new sandboxed grading kernel (one thread, nice -n 10, as
 # nbgrader autogrades: NBGRADER_EXECUTION set). benchmarks/honest_costs.json keeps
 # every variant's time; the larger of the runs is taken (two per assignment, four
-# for ex05, whose variants were measured in two pairings). Measured 2026-11-25
-# between 23:27 and 23:55 UTC on an Intel Xeon, 2 cores, shared with other sessions
-# and busy: load average 3.1 to 11.9 (1 min), the machine's CPUs 98-100 % busy.
+# for ex05, whose variants were measured in two pairings, and for ex06, measured
+# again after its rework was committed). Measured 2026-11-25 23:27 UTC to
+# 2026-11-26 00:01 UTC on an Intel Xeon, 2 cores, shared with other sessions: load
+# average 0.9 to 11.9 (1 min; above 5 in the runs that set the table), the
+# machine's CPUs 85-100 % busy.
 #
 # SOLUTION_COST: seconds of the slowest cell of each solution notebook (the kernel
 # imports torch before the first cell, so no import cell dominates any more: the

@@ -447,33 +447,6 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
                     return out.to(q.dtype), w.to(q.dtype)
             '''),
         },
-        "relative_position_index": {
-            "python_loops": _src('''
-                def relative_position_index(q_len, k_len, max_distance):
-                    out = torch.zeros(q_len, k_len, dtype=torch.long)
-                    for i in range(q_len):
-                        for j in range(k_len):
-                            d = j - (i + k_len - q_len)
-                            d = max(-max_distance, min(max_distance, d))
-                            out[i, j] = d + max_distance
-                    return out
-            '''),
-            "python_lists_then_tensor": _src('''
-                def relative_position_index(q_len, k_len, max_distance):
-                    rows = []
-                    for i in range(q_len):
-                        row = []
-                        for j in range(k_len):
-                            d = j - i - (k_len - q_len)
-                            if d > max_distance:
-                                d = max_distance
-                            if d < -max_distance:
-                                d = -max_distance
-                            row.append(d + max_distance)
-                        rows.append(row)
-                    return torch.tensor(rows, dtype=torch.long).reshape(q_len, k_len)
-            '''),
-        },
         "t5_relative_position_bucket": {
             "python_loop_per_entry": _src('''
                 def t5_relative_position_bucket(relative_position, bidirectional=True,
@@ -992,8 +965,7 @@ def test_cells(assignment: str, function: str, root: Path = ROOT) -> list[str]:
 def rounds(assignment: str, root: Path = ROOT) -> int:
     """How many variant notebooks ``solution_cost --variants`` runs: the largest
     number of variants of one graded function of the assignment."""
-    return max(len(VARIANTS[assignment].get(f, {}))
-               for f in graded_functions(assignment, root))
+    return max(len(VARIANTS[assignment][f]) for f in graded_functions(assignment, root))
 
 
 def variant_of_round(assignment: str, function: str, k: int) -> str | None:
@@ -1007,8 +979,6 @@ def variant_answers(assignment: str, k: int, root: Path = ROOT) -> dict[str, str
     """The solution's answer cells with variant ``k`` of every function put in."""
     answers = answer_cells(assignment, root)
     for function in answers:
-        if function not in VARIANTS[assignment]:
-            continue
         name = variant_of_round(assignment, function, k)
         if name is not None:
             answers[function] = VARIANTS[assignment][function][name]
