@@ -262,9 +262,10 @@ def _add_autograde(sub, quiet_opts, course_opts) -> None:
     p.add_argument(
         "--timeout",
         type=_positive_float,
-        default=600.0,
+        default=None,
         metavar="S",
-        help="wall-time limit per submission in seconds (default: 600)",
+        help="wall-time limit per submission in seconds (default: the per-cell "
+        "limit times the released notebooks' code cells, plus 60 s)",
     )
     p.add_argument(
         "--cell-timeout",
@@ -320,14 +321,20 @@ def _add_report(sub, quiet_opts, course_opts) -> None:
     p = sub.add_parser(
         "report",
         parents=[course_opts],
-        help="grades CSV, pass rate per test, score histogram, ungradable submissions",
+        help="grades CSV, pass rate per test, score histogram, ungradable submissions; "
+        "'all': every student across every assignment, and Canvas and Moodle import "
+        "files",
     )
-    p.add_argument("assignment", help="assignment id or prefix")
+    p.add_argument(
+        "assignment",
+        help="assignment id or prefix, or 'all' (reports/all/: grades.csv, canvas.csv, "
+        "moodle.csv)",
+    )
     p.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
-        help="output folder (default: reports/<assignment>/)",
+        help="output folder (default: reports/<assignment>/, or reports/all/)",
     )
 
 
@@ -440,7 +447,7 @@ def _cmd_autograde(args) -> int:
     # a wrong or unreleased assignment is said before the sandbox is built
     with course.gradebook(create=False, assignment=args.assignment) as gb:
         args.assignment = course.resolve_released(gb, args.assignment)
-    limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout)
+    limits = KernelLimits(memory=args.memory, wall_seconds=args.timeout or 600.0)
     removed = sweep_leftovers()
     if removed:
         print(
@@ -469,9 +476,10 @@ def _cmd_autograde(args) -> int:
         students=args.student,
         progress=_progress_wanted(args),
         cluster=args.cluster,
+        wall_from_cells=args.timeout is None,
     )
     summary = autograde(course, args.assignment, options)
-    lines = summary_lines(summary, limits_text(limits))
+    lines = summary_lines(summary, limits_text(summary.limits))
     if args.quiet:  # the totals, and the submissions that could not be graded
         lines = lines[:1] + [
             f"  ungradable: {o.student}: {o.reason}"
@@ -480,7 +488,7 @@ def _cmd_autograde(args) -> int:
         ]
     print("\n".join(lines))
     if not args.quiet:
-        print(f"kernels: {launcher.describe(KernelContext(limits=limits))}")
+        print(f"kernels: {launcher.describe(KernelContext(limits=summary.limits))}")
     return 0
 
 
@@ -499,6 +507,11 @@ def _cmd_feedback(args) -> int:
 
 
 def _cmd_report(args) -> int:
+    if args.assignment == "all":
+        from .grading.lms import format_term_report, term_report
+
+        print(format_term_report(term_report(_course(args), args.out)))
+        return 0
     from .grading.report import format_report, report
 
     print(format_report(report(_course(args), args.assignment, args.out)))

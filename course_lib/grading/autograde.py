@@ -43,7 +43,7 @@ from typing import Any
 
 from .course import Course, sqlite_url
 from .errors import CourseError
-from .grade import Job, WorkerSpec, cell_time_limit
+from .grade import Job, WorkerSpec, cell_time_limit, time_out_seconds
 from .gradebook import (
     StatusRow,
     assignment_fingerprint_parts,
@@ -72,7 +72,9 @@ class AutogradeOptions:
     ``force``: regrade submissions already graded. ``students``: only these.
     ``progress``: show a progress bar on stderr. ``cluster``: the address of a Dask
     scheduler (``tcp://host:8786``): grade there instead of in ``jobs`` local worker
-    processes (:mod:`course_lib.grading.cluster`).
+    processes (:mod:`course_lib.grading.cluster`). ``wall_from_cells``: the wall
+    time per submission follows from the per-cell limit (:func:`derived_limits`),
+    instead of ``limits.wall_seconds``.
     """
 
     jobs: int = 1
@@ -83,6 +85,7 @@ class AutogradeOptions:
     students: list[str] | None = None
     progress: bool = True
     cluster: str | None = None
+    wall_from_cells: bool = False
 
 
 @dataclass
@@ -108,6 +111,7 @@ class AutogradeSummary:
     assignment: str
     outcomes: list[Outcome]
     wall_seconds: float
+    limits: KernelLimits = field(default_factory=KernelLimits)  # as graded
 
     def count(self, status: str) -> int:
         return sum(o.status == status for o in self.outcomes)
@@ -241,6 +245,7 @@ class _Plan:
     notebooks: tuple[str, ...]
     submissions: dict[str, Path]
     timeout: int | None  # per cell, seconds
+    limits: KernelLimits  # per submission
     jobs: list[Job] = field(default_factory=list)  # to grade
     rejected: list[tuple[Job, str]] = field(default_factory=list)  # and why
     unchanged: list[Outcome] = field(default_factory=list)
@@ -278,7 +283,7 @@ def _chosen_submissions(
 
 
 def _run_fingerprint(
-    course: Course, gb, assignment: str, options: AutogradeOptions, timeout
+    course: Course, gb, assignment: str, plan: _Plan, launcher: KernelLauncher
 ) -> str:
     """What every grade of this run depends on besides the submission: the
     assignment's cells, its late policy (a new due date or penalty changes
@@ -287,11 +292,49 @@ def _run_fingerprint(
     parts += late_policy_parts(gb, assignment, course.config)
     parts += [
         _grader_digest(assignment),
-        repr(options.limits),
-        repr(timeout),
-        type(options.launcher).__qualname__,
+        repr(plan.limits),
+        repr(plan.timeout),
+        type(launcher).__qualname__,
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+# Seconds a submission gets beyond its cells' limits: starting the kernel, nbgrader's
+# own steps and saving the graded notebook.
+START_SECONDS = 60
+
+
+def derived_limits(
+    course: Course,
+    assignment: str,
+    notebooks: tuple[str, ...],
+    cell_limit: int | None,
+    limits: KernelLimits,
+) -> KernelLimits:
+    """``limits`` with the wall time that follows from the per-cell limit: every code
+    cell of the released notebooks may run ``cell_limit`` seconds, plus
+    :data:`START_SECONDS` (cells a student added are not counted: they may use
+    what the others leave)."""
+    import dataclasses
+
+    import nbformat
+
+    if not cell_limit:
+        return limits
+    cells = 0
+    for nb in notebooks:
+        for folder in (course.release_dir, course.source_dir):
+            path = folder / assignment / f"{nb}.ipynb"
+            if path.is_file():
+                notebook = nbformat.read(str(path), as_version=4)
+                cells += sum(c.cell_type == "code" for c in notebook.cells)
+                break
+    return dataclasses.replace(
+        limits,
+        wall_seconds=float(cell_limit * cells + START_SECONDS),
+        wall_basis=f"{cell_limit:g} s per cell x {cells} code cells + "
+        f"{START_SECONDS} s to start and save",
+    )
 
 
 def _plan(course: Course, gb, assignment: str, options: AutogradeOptions) -> _Plan:
@@ -301,13 +344,17 @@ def _plan(course: Course, gb, assignment: str, options: AutogradeOptions) -> _Pl
     assignment = _known_assignment(course, gb, assignment)
     notebooks = tuple(nb.name for nb in gb.find_assignment(assignment).notebooks)
     timeout = options.cell_timeout or cell_time_limit(course.config, assignment)
+    limits = options.limits
+    if options.wall_from_cells:
+        limits = derived_limits(course, assignment, notebooks, timeout, limits)
     plan = _Plan(
         assignment,
         notebooks,
         _chosen_submissions(course, assignment, options.students),
         timeout,
+        limits,
     )
-    base = _run_fingerprint(course, gb, assignment, options, timeout)
+    base = _run_fingerprint(course, gb, assignment, plan, options.launcher)
     status = read_status(gb, assignment)
     submitted = list(gb.assignment_submissions(assignment))
     have_submission = {s.student.id for s in submitted}
@@ -419,7 +466,9 @@ def _autograde(
     missing = set(plan.submissions) - {o.student for o in outcomes}
     if missing:  # cannot happen; a lost submission must never pass silently
         raise RuntimeError(f"autograde lost submissions: {sorted(missing)}")
-    return AutogradeSummary(plan.assignment, outcomes, time.perf_counter() - t_start)
+    return AutogradeSummary(
+        plan.assignment, outcomes, time.perf_counter() - t_start, plan.limits
+    )
 
 
 def _warm_up(launcher: KernelLauncher, assignment: str, scratch: Path) -> None:
@@ -453,7 +502,7 @@ def _spec(
         course_id=course.course_id,
         source_assignment_dir=str(course.source_dir / plan.assignment),
         scratch=str(scratch),
-        limits=options.limits,
+        limits=plan.limits,
         launcher=options.launcher,
         cell_timeout=plan.timeout,
         threads=max(1, (os.cpu_count() or 1) // n_workers),
@@ -613,6 +662,16 @@ def summary_lines(summary: AutogradeSummary, limits_text: str) -> list[str]:
         f"ungradable, {summary.count('unchanged')} unchanged since the last run "
         f"({summary.wall_seconds:.1f} s; limits per submission: {limits_text})"
     ]
+    waited = {
+        o.student: time_out_seconds(o.reason, o.failures)
+        for o in summary.outcomes
+        if o.status != "unchanged"
+    }
+    if any(waited.values()):
+        lines.append(
+            f"  time-outs cost {sum(waited.values()):g} s of grading time "
+            f"({sum(v > 0 for v in waited.values())} submissions)"
+        )
     width = max([7, *(len(o.student) for o in summary.outcomes)])
     lines.append(f"  {'student':<{width}}  {'score':>11}  {'status':<10}  reason")
     for o in summary.outcomes:
@@ -625,5 +684,5 @@ def summary_lines(summary: AutogradeSummary, limits_text: str) -> list[str]:
 
 
 def limits_text(limits: KernelLimits) -> str:
-    wall = "none" if limits.wall_seconds is None else f"{limits.wall_seconds:g} s"
+    wall = "none" if limits.wall_seconds is None else limits.wall_text()
     return f"memory {format_bytes(limits.memory)}, wall time {wall}"

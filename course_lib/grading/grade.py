@@ -47,6 +47,7 @@ __all__ = [
     "cell_time_limit",
     "grade_submission",
     "time_limit_reason",
+    "time_out_seconds",
     "worker_died",
     "worker_environment",
     "worker_timed_out",
@@ -109,6 +110,28 @@ def time_limit_reason(
     return f"ungradable: time limit ({size}, cell `{grade_id}`)" + (
         f": {detail}" if detail else ""
     )
+
+
+_CELL_LIMIT = re.compile(r"^ungradable: time limit \((\d+(?:\.\d+)?) s per cell")
+_WALL_LIMIT = re.compile(r"exceeded the time limit of (\d+(?:\.\d+)?) s per submission")
+
+
+def time_out_seconds(reason: str, failures: dict[str, str]) -> float:
+    """Seconds a submission's time-outs cost the run, from what its grading recorded
+    (:func:`time_limit_reason`, :meth:`KernelLimits.wall_text`): a cell cut off by
+    the per-cell limit waited that limit (a cell not run again waited nothing); a
+    submission stopped at its wall time, all of it.
+
+    >>> time_out_seconds("", {"f__public": time_limit_reason(10, "f__public")})
+    10.0
+    >>> time_out_seconds("exceeded the time limit of 150 s per submission", {})
+    150.0
+    """
+    wall = _WALL_LIMIT.search(reason or "")
+    if wall:
+        return float(wall[1])
+    cells = (_CELL_LIMIT.match(text) for text in (failures or {}).values())
+    return float(sum(float(m[1]) for m in cells if m))
 
 
 def cell_time_limit(config, assignment: str) -> int | None:
@@ -337,7 +360,7 @@ def worker_timed_out(limits: KernelLimits) -> dict[str, Any]:
     return {
         "status": "ungradable",
         "reason": (
-            f"exceeded the time limit of {limits.wall_seconds:g} s per submission "
+            f"exceeded the time limit of {limits.wall_text()} "
             "(the grading worker had to be killed)"
         ),
     }
@@ -367,10 +390,7 @@ def _grade(
     if context.killed:
         out.update(
             status="ungradable",
-            reason=(
-                f"exceeded the time limit of {spec.limits.wall_seconds:g} s "
-                "per submission"
-            ),
+            reason=f"exceeded the time limit of {spec.limits.wall_text()}",
         )
     elif not result.get("success"):
         reason = _failure_reason(spec, job, result, log_text, context)

@@ -4,8 +4,9 @@ Writes into ``reports/<assignment>/`` (or another folder):
 
 * ``grades.csv``: one row per student in the gradebook, including students without a
   submission ("no submission", 0) and submissions that could not be graded (score 0,
-  with the reason), with the score of every graded cell and the first error of each
-  failed test. Scores are those of ``nbgrader export``: ``raw_score`` minus the
+  with the reason), with the score of every graded cell, the first error of each
+  failed test, and the seconds its time-outs cost the run (``timeout_seconds``).
+  Scores are those of ``nbgrader export``: ``raw_score`` minus the
   ``late_penalty`` that nbgrader's late-submission plugin gave (from the due date,
   the student's extension and the submission's timestamp), never below zero.
   A cell that awaits a hand grade reads "needs manual grade" (it is not a failure;
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course
+from .grade import time_out_seconds
 from .gradebook import read_status
 
 __all__ = ["GradeReport", "report"]
@@ -128,6 +130,7 @@ _GRADE_COLUMNS = (
     "percent",
     "needs_manual_grade",
     "reason",
+    "timeout_seconds",
     "failed_checks",
 )
 _PASS_RATE_COLUMNS = [
@@ -165,6 +168,7 @@ def _student_row(gb, assignment, student, cells, status, collected) -> dict:
                 else "no submission"
             ),
             needs_manual_grade="",
+            timeout_seconds=0.0,
             failed_checks="",
         )
         row.update({name: 0.0 for _, name, _ in cells})
@@ -188,6 +192,7 @@ def _student_row(gb, assignment, student, cells, status, collected) -> dict:
         score=max(0.0, raw - penalty),
         reason=st.reason if st else "",
         needs_manual_grade=" ".join(pending),
+        timeout_seconds=time_out_seconds(st.reason if st else "", failures),
         failed_checks="; ".join(
             f"{k}: {v}" for k, v in sorted(failures.items()) if k not in pending
         ),
@@ -311,6 +316,14 @@ def format_report(result: GradeReport) -> str:
     if timed_out:
         lines += ["", "Cut off by the time limit (0 points, not judged wrong):"]
         lines += [f"  {r['student_id']}: {r['reason']}" for r in timed_out]
+    waited = [float(r["timeout_seconds"]) for r in submitted]  # type: ignore[arg-type]
+    if any(waited):
+        lines += [
+            "",
+            f"Time-outs cost {sum(waited):g} s of grading time "
+            f"({sum(w > 0 for w in waited)} submissions; per student: the "
+            "timeout_seconds column).",
+        ]
     if result.ungradable:
         lines += ["", "Could not be graded (scored 0):"]
         lines += [f"  {student}: {reason}" for student, reason in result.ungradable]

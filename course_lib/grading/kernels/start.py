@@ -90,11 +90,19 @@ class KernelLimits:
     ``wall_seconds``: time for the whole submission, enforced by a watchdog.
     ``cpu_seconds``: ``RLIMIT_CPU``, a backstop should the watchdog itself die;
     by default the wall time times the number of CPUs plus a minute.
+    ``wall_basis``: how the wall time was arrived at, for the reason a submission
+    past it gets (e.g. "10 s per cell x 9 code cells + 60 s").
     """
 
     memory: int | None = 4 << 30
     wall_seconds: float | None = 600.0
     cpu_seconds: int | None = None
+    wall_basis: str = ""
+
+    def wall_text(self) -> str:
+        """``"150 s per submission (10 s per cell x 9 code cells + 60 s)"``."""
+        basis = f" ({self.wall_basis})" if self.wall_basis else ""
+        return f"{self.wall_seconds:g} s per submission{basis}"
 
     @property
     def effective_cpu_seconds(self) -> int | None:
