@@ -343,3 +343,12 @@ def test_hugging_face_dynamic_measures_length_against_max_position_embeddings():
     assert torch.allclose(inv.double(), want, rtol=rtol, atol=0)
     other = cl.dynamic_ntk_factor(a, seq_len, 4096)  # the other reading: s = 1
     assert other == 1.0 and s > 1.5
+
+
+def test_chapter_10_renders_its_computed_text_as_myst():
+    """Chapter 10 writes its findings with ``display(Markdown(...))``, math included
+    ($L$, $2L$): myst-nb renders such outputs as CommonMark unless told otherwise,
+    which shows the dollar signs (the fix chapter 12 has too)."""
+    front = re.match(r"\A---\n(.*?)\n---\n", CH10.read_text(), flags=re.S)[1]
+    assert "mystnb:\n  render_markdown_format: myst" in front
+    assert "display(Markdown(" in CH10.read_text()

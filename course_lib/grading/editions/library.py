@@ -556,7 +556,6 @@ def build_student_wheel(dest_dir: Path) -> Path:
 # given). Any other ``grade_<name>`` is planned with its module's ``_ref_<name>``.
 PLAN_REFERENCES: dict[str, str | None] = {
     "grade_da_attention": "_ref_attention",
-    "grade_relative_position_index": "_ref_index",
     "grade_t5_relative_position_bucket": "_ref_bucket",
     "grade_rel_attention_scores": "_ref_scores",
     "grade_rel_shift": "_ref_shift",
