@@ -69,7 +69,10 @@ def api_course(tmp_path):
             email="a@x.org",
             lms_user_id="101",
         )
-        gb.update_or_create_student("bob", first_name="Bob", last_name="Birch")
+        # an LTI-style id: Canvas would read it as the number 535
+        gb.update_or_create_student(
+            "bob", first_name="Bob", last_name="Birch", lms_user_id="535fa085-99"
+        )
         gb.update_or_create_student(
             "odd", first_name=ODD_FIRST, last_name=ODD_LAST, email="odd@x.org"
         )
@@ -134,13 +137,14 @@ def test_term_report_layouts_and_statuses(api_course, tmp_path):
     assert len(canvas) == 2 + 4  # header, points, one row per student
     by_name = {r[0]: r for r in canvas[2:]}
     assert by_name["Ash, Alice"] == ["Ash, Alice", "101", "", "", "", "5", "4"]
-    assert by_name["Birch, Bob"][5:] == ["1", "2.5"]
+    assert by_name["Birch, Bob"][1:] == ["", "", "", "", "1", "2.5"]  # no ID
     assert by_name["zed"][5:] == ["0", "0"]  # no name: the id; no submission: 0
 
     moodle = _read(report.files["moodle"])
     assert moodle[0] == [*MOODLE_HEADER, "ex01_a", "ex02_b"]
     assert len(moodle) == 1 + 4
     assert ["Alice", "Ash", "101", "", "", "a@x.org", "5", "4"] in moodle
+    assert ["Bob", "Birch", "535fa085-99", "", "", "", "1", "2.5"] in moodle
 
     text = format_term_report(report)
     table = text.splitlines()

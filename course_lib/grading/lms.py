@@ -19,7 +19,8 @@ Writes into ``reports/all/`` (or another folder):
   ``Student, ID, SIS User ID, SIS Login ID, Section`` followed by one column per
   assignment; a second row whose first cell is ``Points Possible`` and which holds
   each assignment's maximum; then one row per student. Canvas finds the student by
-  ``ID`` (its numeric user id: nbgrader's ``lms_user_id``), else by ``SIS User ID``
+  ``ID`` (its numeric user id: nbgrader's ``lms_user_id`` when that is a number),
+  else by ``SIS User ID``
   or ``SIS Login ID`` (nbgrader keeps neither: left empty), else by the name in
   ``Student`` (its sortable form, "Last, First"). An assignment column is matched
   to the Canvas assignment of the same title, or creates one with the points of
@@ -89,6 +90,13 @@ class StudentInfo:
     last_name: str = ""
     email: str = ""
     lms_user_id: str = ""
+
+    @property
+    def canvas_id(self) -> str:
+        """``lms_user_id`` when it is a number (Canvas's user ids are), else empty:
+        Canvas reads ``ID`` with Ruby's ``to_i``, which turns an LTI id such as
+        ``535fa085-...`` into the number 535, another student's id."""
+        return self.lms_user_id if self.lms_user_id.isdigit() else ""
 
     @property
     def sortable_name(self) -> str:
@@ -250,7 +258,7 @@ def _canvas_rows(report: TermReport) -> list[list[str]]:
     ]
     for s in report.students:
         scores = [points_text(report.results[s.id, a].score) for a in names]
-        rows.append([s.sortable_name, s.lms_user_id, "", "", "", *scores])
+        rows.append([s.sortable_name, s.canvas_id, "", "", "", *scores])
     return rows
 
 
@@ -366,14 +374,14 @@ def _identity_warnings(report: TermReport) -> list[str]:
     canvas = [
         s.id
         for s in report.students
-        if not s.lms_user_id and not (s.first_name or s.last_name)
+        if not s.canvas_id and not (s.first_name or s.last_name)
     ]
     moodle = [s.id for s in report.students if not s.email and not s.lms_user_id]
     lines = []
     if canvas:
         lines.append(
-            "Canvas can match these students only by hand (no lms_user_id and no "
-            f"name in the gradebook): {', '.join(canvas)}"
+            "Canvas can match these students only by hand (no numeric lms_user_id "
+            f"and no name in the gradebook): {', '.join(canvas)}"
         )
     if moodle:
         lines.append(
