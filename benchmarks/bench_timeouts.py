@@ -162,10 +162,40 @@ def _machine_cpu() -> tuple[float, float]:
     return _cpu_seconds()
 
 
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall time, CPU time (the command and the processes it waited for) and the
+    standard output of one command; raises if it fails."""
+    import subprocess
+    import time
+
+    from benchmarks.bench_autograde import _children_cpu
+
+    cpu = _children_cpu()
+    start = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return wall, _children_cpu() - cpu, out.stdout
+
+
+def said_cost(stdout: str) -> str:
+    """What ``course autograde`` says its time-outs cost ("" if it says nothing).
+
+    >>> said_cost("x: 2 submissions ...\\n  time-outs cost 10 s of grading time (1 "
+    ...           "submissions)\\n  student ...")
+    'time-outs cost 10 s of grading time (1 submissions)'
+    """
+    for line in stdout.splitlines():
+        if line.strip().startswith("time-outs cost"):
+            return line.strip()
+    return ""
+
+
 def run(n: int, share: float, jobs: int, rounds: int, limit: int | None,
         placement: str = "middle") -> dict:
     """Build both classes and grade each ``rounds`` times; the numbers."""
-    from benchmarks.bench_autograde import _scores, _timed
+    from benchmarks.bench_autograde import _scores
     from benchmarks.solution_cost import _busy_share
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-timeouts-"))
@@ -190,6 +220,7 @@ def run(n: int, share: float, jobs: int, rounds: int, limit: int | None,
                "--no-progress"]
         walls: dict[str, list[float]] = {"honest": [], "loops": []}
         cpus: dict[str, list[float]] = {"honest": [], "loops": []}
+        said: dict[str, list[str]] = {"honest": [], "loops": []}
         load_start = os.getloadavg()
         machine_start = _machine_cpu()
         for r in range(rounds):
@@ -197,7 +228,8 @@ def run(n: int, share: float, jobs: int, rounds: int, limit: int | None,
                 work = tmp / f"run-{name}-{r}"
                 shutil.copytree(folders[name], work)
                 _log(f"course autograde, {name} class (round {r + 1} of {rounds})")
-                wall, cpu = _timed(cmd, work, env)
+                wall, cpu, stdout = _timed(cmd, work, env)
+                said[name].append(said_cost(stdout))
                 got = _scores(work)
                 if got != expected[name]:
                     raise RuntimeError(f"{name} class gave {got}, expected "
@@ -214,6 +246,7 @@ def run(n: int, share: float, jobs: int, rounds: int, limit: int | None,
             "per_cell": per_cell,
             "walls": walls,
             "cpus": cpus,
+            "said": said,
             "load_start": load_start,
             "load_end": os.getloadavg(),
             "busy": _busy_share(machine_start, _machine_cpu()),
@@ -263,6 +296,10 @@ def report(result: dict) -> str:
         "command waited for (the sandboxed kernels are reaped in their own PID "
         "namespace, so most of their CPU time is left out).",
     ]
+    told = [t for t in result.get("said", {}).get("loops", []) if t]
+    if told:
+        lines += ["", "`course autograde` on the looping class, round by round: "
+                  + "; ".join(f"{t}" for t in told) + "."]
     return "\n".join(lines)
 
 
