@@ -955,7 +955,7 @@ def answer_cells(assignment: str, root: Path = ROOT) -> dict[str, str]:
     return out
 
 
-def test_cells(assignment: str, function: str, root: Path = ROOT) -> list[str]:
+def graded_cells(assignment: str, function: str, root: Path = ROOT) -> list[str]:
     """The sources of ``<function>__public`` and ``<function>__hidden``."""
     by_id = {_grade_id(c): _source(c) for c in _cells(assignment, root)}
     return [by_id[f"{function}__{kind}"] for kind in ("public", "hidden")
@@ -1002,6 +1002,6 @@ def run_in_process(assignment: str, function: str, variant: str | None,
     exec(compile(PRELUDE, "<set-up>", "exec"), namespace)
     for name, src in answers.items():
         exec(compile(src, f"<{name}__answer>", "exec"), namespace)
-    for src in test_cells(assignment, function, root):
+    for src in graded_cells(assignment, function, root):
         exec(compile(src, f"<{function} test cell>", "exec"), namespace)
     return namespace

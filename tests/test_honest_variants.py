@@ -50,7 +50,7 @@ def test_every_graded_function_has_honest_variants():
         )
         for f in functions:
             assert len(hv.VARIANTS[a][f]) >= 2, (a, f)
-            assert hv.test_cells(a, f, ROOT), (a, f)
+            assert hv.graded_cells(a, f, ROOT), (a, f)
 
 
 def _run(a: str, f: str, v: str | None) -> str:
@@ -66,7 +66,7 @@ def test_variant_gets_full_marks(assignment, function, variant):
     test cell its points when it raises nothing)."""
     printed = _run(assignment, function, variant)
     # the graders say so in words, once per test cell
-    assert printed.count("passed") >= len(hv.test_cells(assignment, function, ROOT))
+    assert printed.count("passed") >= len(hv.graded_cells(assignment, function, ROOT))
 
 
 @pytest.mark.parametrize(("assignment", "function", "variant"), CASES)
@@ -89,7 +89,7 @@ def test_variant_is_its_own_code(assignment, function, variant):
         before = set(ns)
         exec(compile(code, "<answer>", "exec"), ns)
         ns["__defined__"] = set(ns) - before
-    tests = "\n".join(hv.test_cells(assignment, function, ROOT))
+    tests = "\n".join(hv.graded_cells(assignment, function, ROOT))
     wanted = {n for n in ns_solution["__defined__"] if re.search(rf"\b{n}\b", tests)}
     assert wanted, "the test cells use nothing the answer defines"
     assert wanted <= ns_variant["__defined__"], (
