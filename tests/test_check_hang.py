@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.checks import CheckFailed, check_alibi_bias
-from course_lib.checks._time_limits import (
+from course_lib._time_limits import (
     CELL_TIME_LIMIT,
     SOLUTION_CHECK_SECONDS,
     check_time_limit,
 )
+from course_lib.checks import CheckFailed, check_alibi_bias
 from course_lib.grading.synthetic import solution_answers, student_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,3 +146,16 @@ def test_in_a_notebook_the_public_check_says_it_without_grader_frames(
     assert not [
         o for o in cells["alibi_slopes__public"].outputs if o.output_type == "error"
     ]
+
+
+def test_the_solution_costs_quoted_are_the_recorded_ones():
+    """SOLUTION_CHECK_SECONDS is the solution's public check cell in the record that
+    set the limits (benchmarks/honest_costs.json), function by function."""
+    import json
+
+    record = json.loads((ROOT / "benchmarks" / "honest_costs.json").read_text())
+    expected = {
+        a: {f: entry["solution"]["cells"][f"{f}__public"] for f in entry["functions"]}
+        for a, entry in record["assignments"].items()
+    }
+    assert SOLUTION_CHECK_SECONDS == expected

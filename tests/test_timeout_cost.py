@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.checks._time_limits import CELL_TIME_LIMIT
+from course_lib._time_limits import CELL_TIME_LIMIT
 from course_lib.grading.autograde import START_SECONDS, derived_limits
 from course_lib.grading.grade import time_limit_reason, time_out_seconds
 from course_lib.grading.kernels.start import KernelLimits

@@ -109,7 +109,7 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
     student's kernel from that record (see :mod:`course_lib.checks._record`).
 
     Outside grading (a student's notebook, ``course check``) the call gets the
-    assignment's time limit (:mod:`course_lib.checks._time_limits`): a function that
+    assignment's time limit (:mod:`course_lib._time_limits`): a function that
     does not return within it fails its check with a message that says so, and a
     later check of the same function fails at once instead of waiting again. At
     grading, the grading tool keeps the time limit, outside the kernel.
@@ -128,7 +128,7 @@ def call_student(fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -
 
 def _limit_for(module: str) -> tuple[str, float | None]:
     """The assignment a grader module checks, and its time limit."""
-    from ._time_limits import check_time_limit
+    from .._time_limits import check_time_limit
 
     assignment = module.rsplit(".", 1)[-1] if module.startswith(__package__) else ""
     return assignment, check_time_limit(assignment)
@@ -144,7 +144,7 @@ def _time_limit(
     import signal
     import threading
 
-    from ._time_limits import SOLUTION_CHECK_SECONDS
+    from .._time_limits import SOLUTION_CHECK_SECONDS
 
     assignment, seconds = limit
     name = getattr(fn, "__name__", "the function")

@@ -146,7 +146,7 @@ def cell_limit(notebook: Path) -> int:
     per-cell limit for the assignment it is named after, plus 10 s (inside the
     kernel each checked function gets the limit itself, and says it did not return;
     this only stops a loop outside any function), else 120."""
-    from ..checks._time_limits import CELL_TIME_LIMIT
+    from .._time_limits import CELL_TIME_LIMIT
 
     limit = CELL_TIME_LIMIT.get(notebook.stem)
     return 2 * limit + 10 if limit else 120
