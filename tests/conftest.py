@@ -45,22 +45,44 @@ def gen() -> torch.Generator:
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The book, built once per test run with warnings as errors. Under
-    pytest-xdist (``make test``) the workers share the run's temporary folder: the
-    first to ask builds the book while the others wait on the lock, then read it
-    (a failed build is reported to each of them, not tried again)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the folder all workers of this run share
+def _book_base(factory: pytest.TempPathFactory) -> Path:
+    """Where this run keeps its built book: under pytest-xdist (``make test``) the
+    folder all workers of the run share."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _build_under_lock(base: Path) -> tuple[Path, Path]:
+    """Build the book into ``base`` unless it is built (or failed) already, holding
+    the run's lock; its HTML folder and the failure log."""
     out = base / "built-book"
-    html = out / "_build" / "html"
-    failure = out / "build-failed.log"
+    html, failure = out / "_build" / "html", out / "build-failed.log"
     with (base / "built-book.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (html / "index.html").is_file() and not failure.is_file():
             _build_book(out, failure)
+    return html, failure
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the book at once, in the background of one process, when a
+    collected test needs it: the tests that do not run meanwhile, and no worker sits
+    idle on the lock for the minute and a half the build takes."""
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    if not any("built_book" in getattr(i, "fixturenames", ()) for i in session.items):
+        return
+    base = _book_base(session.config._tmp_path_factory)  # the fixture's factory
+    threading.Thread(target=_build_under_lock, args=(base,), daemon=True).start()
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The book, built once per test run with warnings as errors (started in the
+    background as the run begins, :func:`pytest_collection_finish`). Under
+    pytest-xdist the workers share it: whoever asks first waits for the build, the
+    others read it (a failed build is reported to each of them, not tried again)."""
+    html, failure = _build_under_lock(_book_base(tmp_path_factory))
     assert not failure.is_file(), f"strict book build failed:\n{failure.read_text()}"
     assert (html / "index.html").is_file()
     return html
