@@ -32,6 +32,7 @@ from ._validate import (
     require_float_tensor,
     require_head_dim,
     require_ndim,
+    require_qkv,
     require_tensor,
 )
 
@@ -156,34 +157,8 @@ def da_attention(
     Paper: Wu et al. 2021, eq. (5)-(7).
     """
     fn = "da_attention"
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        require_ndim(
-            fn,
-            name,
-            require_float_tensor(fn, name, x),
-            4,
-            "(batch, heads, seq, head_dim)",
-        )
-    batch, heads, q_len, dim = q.shape
-    k_len = k.shape[2]
-    if k.shape != (batch, heads, k_len, dim):
-        fail(
-            fn,
-            f"k must be (batch, heads, k_len, head_dim) = ({batch}, {heads}, "
-            f"k_len, {dim}) like q {tuple(q.shape)}, got {describe(k)}",
-        )
-    if v.shape[:3] != k.shape[:3]:
-        fail(
-            fn,
-            f"v must be (batch, heads, k_len, v_dim) with (batch, heads, k_len) = "
-            f"{tuple(k.shape[:3])} like k, got {describe(v)}",
-        )
-    if q_len == 0 or k_len < q_len:
-        fail(
-            fn,
-            f"need 1 <= q_len <= k_len (queries are the last q_len keys), "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}",
-        )
+    heads, q_len, k_len = require_qkv(fn, q, k, v)
+    dim = q.shape[-1]
     _require_head_params(fn, heads, w=w, v_bias=v_bias)
     query_pos = torch.arange(q_len, device=q.device) + (k_len - q_len)  # (Lq,)
     distance = (query_pos[:, None] - torch.arange(k_len, device=q.device)).abs()
@@ -238,7 +213,6 @@ def da_flex_attention(
     from torch.nn.attention.flex_attention import flex_attention
 
     from ._flex import causal_block_mask, compiled_flex_attention
-    from ._validate import require_qkv
 
     fn = "da_flex_attention"
     n_heads, q_len, k_len = require_qkv(fn, q, k, v)

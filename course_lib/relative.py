@@ -38,6 +38,7 @@ from ._validate import (
     require_int,
     require_ndim,
     require_positive_int,
+    require_qkv,
     require_tensor,
 )
 
@@ -152,24 +153,15 @@ def shaw_relative_attention(
     Paper: Shaw et al. 2018, eq. (3)-(4).
     """
     fn = "shaw_relative_attention"
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        require_ndim(
-            fn,
-            name,
-            require_float_tensor(fn, name, x),
-            4,
-            "(batch, heads, seq, head_dim)",
-        )
-    K = require_positive_int(fn, "max_distance", max_distance)
-    batch, heads, q_len, dim = q.shape
-    k_len = k.shape[2]
-    if k.shape != (batch, heads, k_len, dim) or v.shape != k.shape:
+    heads, q_len, k_len = require_qkv(fn, q, k, v)
+    batch, dim = q.shape[0], q.shape[-1]
+    if v.shape[-1] != dim:
         fail(
             fn,
-            f"k and v must be (batch, heads, k_len, head_dim) = "
-            f"({batch}, {heads}, k_len, {dim}) like q, got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}, v {tuple(v.shape)}",
+            f"v must have head_dim {dim} like q and k (a_v is added to it), got "
+            f"v {tuple(v.shape)}",
         )
+    K = require_positive_int(fn, "max_distance", max_distance)
     for name, table in (("a_k", a_k), ("a_v", a_v)):
         require_ndim(
             fn,
@@ -184,12 +176,6 @@ def shaw_relative_attention(
                 f"{name} must have shape (2*max_distance+1, head_dim) = "
                 f"({2 * K + 1}, {dim}), got {describe(table)}",
             )
-    if q_len == 0 or k_len < q_len:
-        fail(
-            fn,
-            f"need 1 <= q_len <= k_len (queries are the last q_len keys), "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}",
-        )
     idx = _cached_relative_index(q_len, k_len, K, q.device)  # (Lq, Lk), cached
     idx = idx.expand(batch, heads, q_len, k_len)  # (B, H, Lq, Lk)
 

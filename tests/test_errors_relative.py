@@ -132,6 +132,11 @@ CASES = [
         ["shaw_relative_attention", "k", "(1, 2, 5, 3)"],
     ),
     (
+        lambda: shaw_relative_attention(Q4, K4, f32(1, 2, 5, 3), TABLE, TABLE, 2),
+        ValueError,
+        ["shaw_relative_attention", "v", "head_dim 4", "(1, 2, 5, 3)"],
+    ),
+    (
         lambda: shaw_relative_attention(i64(1, 2, 3, 4), K4, K4, TABLE, TABLE, 2),
         TypeError,
         ["shaw_relative_attention", "q", "torch.int64"],
