@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import csv
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from course_lib.grading.synthetic import tiny_assignment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,78 +269,14 @@ STUDENTS = {  # id -> (first name, last name, email); "absent" submits nothing
 }
 
 
-def _source_notebook(fn: str, body: str, public: str, hidden: str):
-    import nbformat
-
-    v4 = nbformat.v4
-
-    def meta(grade_id, *, grade, solution, locked, points=None):
-        m = {
-            "grade": grade,
-            "solution": solution,
-            "locked": locked,
-            "task": False,
-            "grade_id": grade_id,
-            "schema_version": 3,
-        }
-        if points is not None:
-            m["points"] = points
-        return {"nbgrader": m}
-
-    cells = [
-        v4.new_markdown_cell(f"Write `{fn}(a, b)`."),
-        v4.new_code_cell(
-            f"def {fn}(a, b):\n"
-            f"    ### BEGIN SOLUTION\n    {body}\n    ### END SOLUTION",
-            metadata=meta("answer", grade=False, solution=True, locked=False),
-        ),
-        v4.new_code_cell(
-            public,
-            metadata=meta(
-                f"{fn}__public", grade=True, solution=False, locked=True, points=2
-            ),
-        ),
-        v4.new_code_cell(
-            hidden,
-            metadata=meta(
-                f"{fn}__hidden", grade=True, solution=False, locked=True, points=1
-            ),
-        ),
-        v4.new_markdown_cell(
-            "Why?",
-            metadata=meta("written", grade=True, solution=True, locked=False, points=2),
-        ),
-    ]
-    nb = v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    return nb
-
-
 def _nbgrader_export(course) -> dict[tuple[str, str], dict[str, float]]:
     """The real ``nbgrader export``; (student, assignment) -> its numbers.
 
     nbgrader writes its CSV without quoting, so a name with a comma adds fields: the
     first four columns and the last four are read by position."""
-    out = course.root / "export.csv"
-    exe = Path(sys.executable).parent / "nbgrader"
-    run = subprocess.run(
-        [
-            str(exe),
-            "export",
-            "--to",
-            str(out),
-            f"--CourseDirectory.db_url={course.gradebook_url}",
-        ],
-        cwd=course.root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    from course_lib.grading.synthetic import nbgrader_export
+
+    out = nbgrader_export(course)
     lines = out.read_text().splitlines()
     assert lines[0].split(",")[:4] == [
         "assignment",
@@ -378,7 +314,7 @@ def graded(tmp_path_factory):
     for a, task in TASKS.items():
         (root / "solutions" / a).mkdir(parents=True)
         nbformat.write(
-            _source_notebook(*task), str(root / "solutions" / a / f"{a}.ipynb")
+            tiny_assignment(*task), str(root / "solutions" / a / f"{a}.ipynb")
         )
     course = Course(root)
     for a in TASKS:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from course_lib.grading.synthetic import tiny_assignment
 
 ROOT = Path(__file__).resolve().parents[1]
 A = "ex90_tiny"
@@ -40,76 +40,11 @@ ANSWERS = {  # student -> (answer cell source, timestamp)
 AUTO = {"ontime": 3.0, "late": 3.0, "partial": 2.0, "extended": 3.0, "latewrong": 0.0}
 
 
-def _source_notebook():
-    import nbformat
-
-    v4 = nbformat.v4
-
-    def meta(grade_id, *, grade, solution, locked, points=None):
-        m = {
-            "grade": grade,
-            "solution": solution,
-            "locked": locked,
-            "task": False,
-            "grade_id": grade_id,
-            "schema_version": 3,
-        }
-        if points is not None:
-            m["points"] = points
-        return {"nbgrader": m}
-
-    cells = [
-        v4.new_markdown_cell("Write `add(a, b)`."),
-        v4.new_code_cell(
-            "def add(a, b):\n"
-            "    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION",
-            metadata=meta("answer", grade=False, solution=True, locked=False),
-        ),
-        v4.new_code_cell(
-            "assert add(1, 2) == 3",
-            metadata=meta(
-                "add__public", grade=True, solution=False, locked=True, points=2
-            ),
-        ),
-        v4.new_code_cell(
-            "assert add(-1, 1) == 0",
-            metadata=meta(
-                "add__hidden", grade=True, solution=False, locked=True, points=1
-            ),
-        ),
-        v4.new_markdown_cell("Why does addition commute?"),
-        v4.new_markdown_cell(
-            "Because it does.",
-            metadata=meta("written", grade=True, solution=True, locked=False, points=2),
-        ),
-    ]
-    nb = v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    return nb
-
-
 def _export(course) -> dict[str, dict[str, str]]:
     """Run the real ``nbgrader export`` in the course folder; rows by student."""
-    out = course.root / "export.csv"
-    exe = Path(sys.executable).parent / "nbgrader"
-    run = subprocess.run(
-        [
-            str(exe),
-            "export",
-            "--to",
-            str(out),
-            f"--CourseDirectory.db_url={course.gradebook_url}",
-        ],
-        cwd=course.root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    from course_lib.grading.synthetic import nbgrader_export
+
+    out = nbgrader_export(course)
     with out.open() as fh:
         return {r["student_id"]: r for r in csv.DictReader(fh) if r["assignment"] == A}
 
@@ -150,7 +85,10 @@ def graded(tmp_path_factory):
     shutil.copyfile(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
     with (root / "nbgrader_config.py").open("a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-    nbformat.write(_source_notebook(), str(root / "solutions" / A / f"{A}.ipynb"))
+    source = tiny_assignment(
+        "add", "return a + b", "assert add(1, 2) == 3", "assert add(-1, 1) == 0"
+    )
+    nbformat.write(source, str(root / "solutions" / A / f"{A}.ipynb"))
     course = Course(root)
     release(course, A)
     with course.gradebook() as gb:

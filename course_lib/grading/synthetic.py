@@ -5,7 +5,10 @@ autograding benchmark: :func:`scratch_course` copies the course configuration an
 assignments into an empty folder (with its own gradebook), :func:`solution_answers`
 reads the reference answers out of a source notebook, and :func:`student_notebook`
 builds what a student would hand in: the released notebook with some answer cells
-filled in, and test cells deleted or edited if wanted.
+filled in, and test cells deleted or edited if wanted. :func:`tiny_assignment` is a
+one-function source notebook for tests that need an assignment of their own, and
+:func:`nbgrader_export` runs nbgrader's own export, what the course's reports are
+compared with.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from pathlib import Path
 from .course import CONFIG_FILE, Course
 
 __all__ = [
+    "nbgrader_export",
     "scratch_course",
     "solution_answers",
     "student_notebook",
+    "tiny_assignment",
     "write_submission",
 ]
 
@@ -114,3 +119,83 @@ def write_submission(folder: str | Path, student: str, assignment: str, nb) -> P
     else:
         nbformat.write(nb, str(path))
     return path
+
+
+def tiny_assignment(fn: str, body: str, public: str, hidden: str):
+    """A source notebook of one function ``fn(a, b)`` whose solution is ``body``,
+    a public (2 points) and a hidden (1 point) test cell, and a written answer
+    graded by hand (2 points)."""
+    import nbformat
+
+    v4 = nbformat.v4
+
+    def meta(grade_id, *, grade, solution, locked, points=None):
+        m = {
+            "grade": grade,
+            "solution": solution,
+            "locked": locked,
+            "task": False,
+            "grade_id": grade_id,
+            "schema_version": 3,
+        }
+        if points is not None:
+            m["points"] = points
+        return {"nbgrader": m}
+
+    cells = [
+        v4.new_markdown_cell(f"Write `{fn}(a, b)`."),
+        v4.new_code_cell(
+            f"def {fn}(a, b):\n"
+            f"    ### BEGIN SOLUTION\n    {body}\n    ### END SOLUTION",
+            metadata=meta("answer", grade=False, solution=True, locked=False),
+        ),
+        v4.new_code_cell(
+            public,
+            metadata=meta(
+                f"{fn}__public", grade=True, solution=False, locked=True, points=2
+            ),
+        ),
+        v4.new_code_cell(
+            hidden,
+            metadata=meta(
+                f"{fn}__hidden", grade=True, solution=False, locked=True, points=1
+            ),
+        ),
+        v4.new_markdown_cell(
+            "Why?",
+            metadata=meta("written", grade=True, solution=True, locked=False, points=2),
+        ),
+    ]
+    nb = v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    return nb
+
+
+def nbgrader_export(course: Course) -> Path:
+    """Run the real ``nbgrader export`` in ``course``'s folder; the CSV it wrote
+    (``RuntimeError`` with nbgrader's message if it failed)."""
+    import subprocess
+    import sys
+
+    out = course.root / "export.csv"
+    exe = Path(sys.executable).parent / "nbgrader"
+    run = subprocess.run(
+        [
+            str(exe),
+            "export",
+            "--to",
+            str(out),
+            f"--CourseDirectory.db_url={course.gradebook_url}",
+        ],
+        cwd=course.root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"nbgrader export failed: {run.stderr[-3000:]}")
+    return out
