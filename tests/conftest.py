@@ -28,6 +28,21 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+def course_cli(
+    *args: str, cwd: Path, timeout: float = 900, **kw
+) -> subprocess.CompletedProcess:
+    """``course ARGS`` as a user runs it: a new process in ``cwd``, its output
+    captured (``timeout``: seconds before a hung command fails the test)."""
+    return subprocess.run(
+        [sys.executable, "-m", "course_lib.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
+
+
 @pytest.fixture
 def root() -> Path:
     """The repository root."""
@@ -182,8 +197,10 @@ def jupyter_running(base: Path, root_dir: Path, *args: str, env: dict | None = N
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.flush()
-                    pytest.fail(f"jupyter {args[0]} did not start:\n"
-                                + (base / "server.log").read_text()[-3000:])
+                    pytest.fail(
+                        f"jupyter {args[0]} did not start:\n"
+                        + (base / "server.log").read_text()[-3000:]
+                    )
                 time.sleep(0.2)
         yield url
     finally:

@@ -11,13 +11,12 @@ was recorded with the reason.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import socket
 import sqlite3
-import subprocess
-import sys
 import sysconfig
 import threading
 import uuid
@@ -26,6 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from adversarial.submissions import CELLS, POINTS, A, Targets, build_class
+from conftest import course_cli
 
 from course_lib.grading.synthetic import scratch_course, write_submission
 
@@ -74,14 +74,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _course(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+_course = functools.partial(course_cli, timeout=1200)
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -230,9 +223,7 @@ def test_each_attack_gets_its_score_and_reason(graded, student):
     assert sorted(row.failures) == sorted(failed), row.failures
     phrases = (case.message,) if isinstance(case.message, str) else case.message
     for cell in failed:
-        assert any(p in row.failures[cell] for p in phrases), (
-            cell, row.failures[cell]
-        )
+        assert any(p in row.failures[cell] for p in phrases), (cell, row.failures[cell])
 
 
 def test_no_file_was_read_or_written(graded):

@@ -12,12 +12,12 @@ same notebook's honest ``retained_skill`` keeps its points.
 
 from __future__ import annotations
 
+import functools
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import course_cli
 
 from course_lib.grading.synthetic import (
     scratch_course,
@@ -86,14 +86,7 @@ ATTACKS = {
 }
 
 
-def _course(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
+_course = functools.partial(course_cli, timeout=1500)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ and the delegation to the lab. Every test works in its own temporary course."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import course_cli
 
 from course_lib import cli
 from course_lib.grading.collect import collect, student_from_path
@@ -37,14 +39,7 @@ A = "ex05_alibi"
 COMMANDS = ("check", "release", "collect", "autograde", "feedback", "report", "lab")
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+_run = functools.partial(course_cli, timeout=600)
 
 
 # --- arguments ---------------------------------------------------------------------
@@ -494,7 +489,7 @@ def test_check_starts_the_kernel_before_reading_and_ends_it_on_an_error(
     with pytest.raises(CourseError, match="no public checks"):
         check.check_notebook(plain)
     assert order == ["read after 1 kernel(s)"]
-    (km, process), = started
+    ((km, process),) = started
     assert process.wait(timeout=10) is not None  # ended, not left running
     assert not Path(km.connection_file).exists()
 

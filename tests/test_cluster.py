@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import course_cli
 from test_e2e_class import CELLS, A, _build_class, _expected_total
 from test_postgres import postgres_url  # noqa: F401 - the fixture, reused
 
@@ -67,14 +68,7 @@ def _free_port() -> int:
 
 def _course(*args: str, cwd: Path, db: str | None = None, **kw):
     extra = ["--db", db] if db else []
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args, *extra],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        **kw,
-    )
+    return course_cli(*args, *extra, cwd=cwd, timeout=600, **kw)
 
 
 class Cluster:

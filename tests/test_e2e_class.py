@@ -11,11 +11,10 @@ are computed from that table, never typed in.
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import course_cli
 
 from course_lib.grading.synthetic import (
     scratch_course,
@@ -48,14 +47,7 @@ SLOPES_OK = {"alibi_slopes__public": 1, "alibi_slopes__hidden": 2}
 ALL_OK = {**SLOPES_OK, "alibi_bias__public": 1, "alibi_bias__hidden": 2}
 
 
-def _course_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+_course_cmd = course_cli
 
 
 def _build_class(course_root: Path, inbox: Path) -> dict[str, dict]:

@@ -16,11 +16,11 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import course_cli
 
 from course_lib.grading.synthetic import (
     scratch_course,
@@ -133,13 +133,7 @@ def postgres_url():
 
 
 def _course(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = course_cli(*args, cwd=cwd, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     return out
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import course_cli
 
 from course_lib.grading.notebooks.repair import (
     NOTES_CELL_ID,
@@ -598,16 +599,7 @@ def test_check_names_a_pasted_test_cell_and_runs_as_grading_would(tmp_path, solv
 # ------------------------------------------- end to end: `course autograde` on a class
 
 
-def _course_cmd(*args: str, cwd: Path):
-    import subprocess
-
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+_course_cmd = course_cli
 
 
 def _accident_class(release_path: Path, answers: dict[str, str]) -> dict[str, object]:

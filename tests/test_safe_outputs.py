@@ -9,13 +9,11 @@ page, opened in Chromium, runs none of it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import jupyter_running
+from conftest import course_cli, jupyter_running
 
 from course_lib.grading.notebooks.safe import clean_html, safe_outputs
 
@@ -29,7 +27,7 @@ VECTORS = {
     "svg onload": '<svg onload="window.PWNED_SVG=1"><circle r="4"/></svg>',
     "javascript: link": '<a id="jslink" href="javascript:window.PWNED_LINK=1">a</a>',
     "iframe srcdoc": (
-        "<iframe srcdoc=\"<script>parent.PWNED_IFRAME=1</script>\"></iframe>"
+        '<iframe srcdoc="<script>parent.PWNED_IFRAME=1</script>"></iframe>'
     ),
     "style hides the grade": "<style>body{display:none !important}</style>",
     "mathml action": (
@@ -45,8 +43,19 @@ FLAGS = ("SCRIPT", "IMG", "SVG", "LINK", "IFRAME", "MATH", "HOVER", "FORM", "JS"
 @pytest.mark.parametrize("name", sorted(VECTORS))
 def test_each_vector_comes_out_inert(name: str) -> None:
     cleaned = clean_html(VECTORS[name]).lower()
-    for active in ("<script", "<svg", "<math", "<iframe", "<style", "<form", "<img",
-                   " on", "javascript:", "srcdoc", "href"):
+    for active in (
+        "<script",
+        "<svg",
+        "<math",
+        "<iframe",
+        "<style",
+        "<form",
+        "<img",
+        " on",
+        "javascript:",
+        "srcdoc",
+        "href",
+    ):
         assert active not in cleaned, (name, cleaned)
 
 
@@ -59,8 +68,9 @@ def test_a_table_and_its_text_stay() -> None:
 
 
 def _output(kind: str, data: dict) -> dict:
-    return nbformat.v4.new_output(kind, data=data, **(
-        {"execution_count": 1} if kind == "execute_result" else {}))
+    return nbformat.v4.new_output(
+        kind, data=data, **({"execution_count": 1} if kind == "execute_result" else {})
+    )
 
 
 def test_outputs_are_reduced_to_inert_types() -> None:
@@ -68,14 +78,29 @@ def test_outputs_are_reduced_to_inert_types() -> None:
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("x")
     cell.outputs = [
-        _output("display_data", {"text/html": VECTORS["script"] + "<b>kept</b>",
-                                 "text/plain": "<IPython.core.display.HTML object>"}),
-        _output("display_data", {"application/javascript": "window.PWNED_JS=1",
-                                 "text/plain": "<IPython.core.display.Javascript>"}),
+        _output(
+            "display_data",
+            {
+                "text/html": VECTORS["script"] + "<b>kept</b>",
+                "text/plain": "<IPython.core.display.HTML object>",
+            },
+        ),
+        _output(
+            "display_data",
+            {
+                "application/javascript": "window.PWNED_JS=1",
+                "text/plain": "<IPython.core.display.Javascript>",
+            },
+        ),
         _output("display_data", {"image/svg+xml": VECTORS["svg onload"]}),
-        _output("execute_result", {"text/markdown": "<img src=x onerror=alert(1)>",
-                                   "text/latex": "$\\href{javascript:alert(1)}{x}$",
-                                   "text/plain": "md"}),
+        _output(
+            "execute_result",
+            {
+                "text/markdown": "<img src=x onerror=alert(1)>",
+                "text/latex": "$\\href{javascript:alert(1)}{x}$",
+                "text/plain": "md",
+            },
+        ),
         _output("display_data", {"image/png": png, "text/plain": "<Figure>"}),
         nbformat.v4.new_output("stream", name="stdout", text="<script>plain</script>"),
     ]
@@ -117,14 +142,7 @@ HOSTILE_CELL = "\n".join(
 HOSTILE_MARKDOWN = "A note\n\n" + "".join(VECTORS.values())
 
 
-def _course(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+_course = course_cli
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import course_cli
 
 from course_lib._time_limits import CELL_TIME_LIMIT
 from course_lib.grading.autograde import START_SECONDS, derived_limits
@@ -66,13 +65,7 @@ def test_a_looping_student_costs_one_cell_limit_and_the_run_says_so(tmp_path):
     course = scratch_course(tmp_path / "course", ROOT, [A])
 
     def cli(*args):
-        out = subprocess.run(
-            [sys.executable, "-m", "course_lib.cli", *args],
-            cwd=course.root,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        out = course_cli(*args, cwd=course.root)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
         return out.stdout
 
