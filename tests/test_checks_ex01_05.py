@@ -548,7 +548,7 @@ def test_an_answer_within_tolerance_is_never_called_a_known_mistake() -> None:
     from course_lib.checks._core import Mistake, expect_close
 
     expected = torch.tensor([1.0, 2.0])
-    mistake = Mistake(expected + 1.5e-5, "the known mistake")
+    mistake = Mistake(expected + 1.5e-5, "the known mistake", "the-known-mistake")
     expect_close(
         expected + 0.8e-5, expected, what="x", atol=1e-5, rtol=0.0, mistakes=[mistake]
     )

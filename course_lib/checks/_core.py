@@ -16,6 +16,14 @@ Three rules every grader follows:
   globals) by a trap: a function that merely calls the reference earns nothing;
 * a wrong answer is compared with the known mistakes of the exercise, so the message
   can say "this is the concatenated [sin | cos] layout" instead of "wrong value".
+
+Every known mistake has a slug, a short kebab-case id that does not depend on the
+inputs (its explanation may), unique among the mistakes of one graded function: the
+failure that names it (:func:`known_mistake`) carries it as ``exc.mistake``, so the
+grading tool can count across a class how many students made which mistake (its id
+is ``"<function>:<slug>"``). A failure that is not a wrong value carries its
+``cause`` instead (:data:`~course_lib.checks._errors.CAUSES`), and one that is a wrong
+value a short preview of it (``exc.answer``, :func:`preview`).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import torch
 import course_lib
 
 from . import _record
-from ._errors import CheckFailed
+from ._errors import CAUSES, CheckFailed
 
 # The package is lazy; the reference trap and the pristine identities must see
 # every library module (course_lib.conventions is imported by no grader).
@@ -50,7 +58,9 @@ __all__ = [
     "expect_close",
     "expect_equal",
     "expect_scalar",
+    "known_mistake",
     "passed",
+    "preview",
     "reference_trap",
     "require_plain",
 ]
@@ -70,12 +80,107 @@ class _ReferenceCalled(BaseException):
     ``except Exception`` cannot swallow it."""
 
 
+# a slug: lower-case words of letters and digits joined by single hyphens
+_SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_SLUG_MAX = 40
+
+
 @dataclass(frozen=True)
 class Mistake:
-    """A known wrong answer: the tensor it gives and the sentence explaining it."""
+    """A known wrong answer: the value it gives (a tensor, a number, ...), the
+    sentence explaining it, and its slug (see the module docstring). The slug has no
+    default: a mistake without one fails when it is made."""
 
     answer: Any
     explanation: str
+    slug: str
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.slug, str)
+            or len(self.slug) > _SLUG_MAX
+            or not _SLUG.fullmatch(self.slug)
+        ):
+            raise ValueError(
+                f"a known mistake's slug must be kebab-case (a-z, 0-9, single "
+                f"hyphens), at most {_SLUG_MAX} characters: got {self.slug!r}"
+            )
+
+
+_NOTHING: Any = object()
+
+
+def known_mistake(what: str, mistake: Mistake, *, got: Any = _NOTHING) -> CheckFailed:
+    """The failure for an answer that is ``mistake``: the message names it, and
+    ``exc.mistake`` (the slug) and ``exc.explanation`` carry it for the grading
+    tool's records; ``got``, when given, the student's answer, is previewed in
+    ``exc.answer``."""
+    exc = CheckFailed(f"{what} is wrong in a known way: {mistake.explanation}")
+    exc.mistake = mistake.slug
+    exc.explanation = mistake.explanation
+    if got is not _NOTHING:
+        exc.answer = preview(got)
+    return exc
+
+
+_PREVIEW_MAX = 200
+_PREVIEW_VALUES = 6
+
+
+def _short(v: Any) -> str:
+    """A plain number as text; anything else (a subclass too) by its type's name."""
+    if type(v) in (bool, int):
+        return str(v)
+    if type(v) is float:
+        if math.isinf(v) or math.isnan(v):
+            return str(v)
+        return f"{v:.4g}"
+    if type(v) is complex:
+        return f"({_short(v.real)}{'+' if v.imag >= 0 else '-'}{_short(abs(v.imag))}j)"
+    return type(v).__name__
+
+
+def preview(value: Any) -> str:
+    """A short plain-text preview of a student's answer, at most 200 characters:
+    a tensor's shape, dtype and first values (``"tensor of shape (4, 5, 5),
+    float32: 0, -0.5, -1, -1.5, -2, -2.5, ..."``), a number itself, anything else
+    its type's name; a tuple, list or dict shows its first items so (nothing of the
+    student's code runs: no ``repr``)."""
+    try:
+        text = _preview(value)
+    except Exception:  # noqa: BLE001 - an odd tensor: say what it is at least
+        text = type(value).__name__
+    return text if len(text) <= _PREVIEW_MAX else text[: _PREVIEW_MAX - 3] + "..."
+
+
+def _preview(value: Any) -> str:
+    if isinstance(value, _Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            head = (
+                f"tensor of shape {tuple(value.shape)}, "
+                f"{str(value.dtype).removeprefix('torch.')}"
+            )
+            if (
+                value.is_nested
+                or value.layout != torch.strided
+                or value.device.type == "meta"
+            ):
+                layout = "nested" if value.is_nested else str(value.layout)
+                return f"{head} ({layout.removeprefix('torch.')}, {value.device})"
+            flat = value.detach().to("cpu").reshape(-1)
+            n = flat.numel()
+            shown = [_short(v) for v in flat[:_PREVIEW_VALUES].tolist()]
+        more = ", ..." if n > _PREVIEW_VALUES else ""
+        return f"{head}: {', '.join(shown)}{more}" if n else f"{head}: empty"
+    if type(value) in (tuple, list):
+        items = [_preview(v) for v in value[:3]]
+        more = ", ..." if len(value) > 3 else ""
+        return f"{type(value).__name__} of {len(value)}: ({'; '.join(items)}{more})"
+    if type(value) is dict:
+        items = [f"{_short(k)}: {_short(v)}" for k, v in list(value.items())[:4]]
+        more = ", ..." if len(value) > 4 else ""
+        return f"dict of {len(value)}: {{{', '.join(items)}{more}}}"
+    return _short(value)
 
 
 def _fmt_shape(x: Any) -> str:
@@ -149,9 +254,10 @@ def _time_limit(
     assignment, seconds = limit
     name = getattr(fn, "__name__", "the function")
     if name in _HUNG and _HUNG[name][0] is fn:
-        raise CheckFailed(
+        raise _failure(
             f"not run: {_HUNG[name][1]} did not return in an earlier check, and this "
-            f"check calls `{name}` too. Fix that first (then run its cell again)."
+            f"check calls `{name}` too. Fix that first (then run its cell again).",
+            "time-limit",
         )
     if (
         seconds is None
@@ -178,13 +284,22 @@ def _time_limit(
             if cost
             else ""
         )
-        raise CheckFailed(
+        raise _failure(
             f"{call} did not return within {seconds:g} s{reference}: look for a "
-            "loop that never ends, or a size that grows with every step."
+            "loop that never ends, or a size that grows with every step.",
+            "time-limit",
         ) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _failure(message: str, cause: str) -> CheckFailed:
+    """A failure that is not a wrong value: ``cause`` is one of :data:`CAUSES`."""
+    assert cause in CAUSES, cause
+    exc = CheckFailed(message)
+    exc.cause = cause
+    return exc
 
 
 def _call_student(
@@ -209,23 +324,27 @@ def _call_student(
             trap.called.append(str(exc))
             result = None
         except NotImplementedError:
-            raise CheckFailed(
+            raise _failure(
                 f"{call} raised NotImplementedError: the function is still the stub. "
-                "Replace `raise NotImplementedError()` with your implementation."
+                "Replace `raise NotImplementedError()` with your implementation.",
+                "not-attempted",
             ) from None
         except CheckFailed:
             raise
         except Exception as exc:  # noqa: BLE001 - any error of the student's code
-            raise CheckFailed(f"{call} raised {type(exc).__name__}: {exc}") from exc
+            raise _failure(
+                f"{call} raised {type(exc).__name__}: {exc}", "raised"
+            ) from exc
     notes = [f"note: {call} warned: {w.category.__name__}: {w.message}" for w in caught]
     if trap.called:
         for note in notes:
             print(note)
-        raise CheckFailed(
+        raise _failure(
             f"{call} calls the course_lib reference (the call reached "
             f"{trap.called[0]}). "
             "The exercise is to write it yourself: a call to the library earns "
-            "no points."
+            "no points.",
+            "calls-library",
         )
     try:
         _check_unchanged(inputs, call)
@@ -270,10 +389,11 @@ def _check_unchanged(inputs: list[tuple[str, Any, Any]], call: str) -> None:
         else:
             same = value == before
         if not same:
-            raise CheckFailed(
+            raise _failure(
                 f"{call} changed its input {name} in place; leave the inputs as "
                 "they are and return a new tensor (x * 2, not x *= 2 or x.mul_(2)): "
-                "the caller still uses them"
+                "the caller still uses them",
+                "changed-input",
             )
 
 
@@ -429,8 +549,27 @@ def expect_close(
     (int32 or int64: narrower integers wrap around on long inputs), or an exact
     ``torch.dtype`` the task asks for; ``dtype_reason`` says why it matters. An
     exact dtype is checked after the values, so that a right answer in the wrong
-    dtype is told just that.
+    dtype is told just that. Every failure carries a preview of ``got``
+    (``exc.answer``).
     """
+    try:
+        _expect_close(got, expected, what, atol, rtol, mistakes, dtype, dtype_reason)
+    except CheckFailed as exc:
+        if exc.answer is None:
+            exc.answer = preview(got)
+        raise
+
+
+def _expect_close(
+    got: Any,
+    expected: torch.Tensor,
+    what: str,
+    atol: float,
+    rtol: float,
+    mistakes: Sequence[Mistake],
+    dtype: str | torch.dtype | None,
+    dtype_reason: str,
+) -> None:
     if not isinstance(got, _Tensor):
         raise CheckFailed(
             f"{what} should return a torch.Tensor of shape {tuple(expected.shape)}, "
@@ -446,7 +585,7 @@ def expect_close(
         if _matches(got, m.answer, atol, rtol) and not _matches(
             expected, m.answer, atol, rtol
         ):
-            raise CheckFailed(f"{what} is wrong in a known way: {m.explanation}")
+            raise known_mistake(what, m)
     if got.shape != expected.shape:
         raise CheckFailed(
             f"{what} has the wrong shape: expected {tuple(expected.shape)}, "
@@ -513,9 +652,22 @@ def expect_scalar(
     *,
     what: str,
     atol: float = 1e-4,
-    mistakes: Sequence[tuple[float, str]] = (),
+    mistakes: Sequence[Mistake] = (),
 ) -> None:
-    """Compare a number (Python float or 0-d tensor) with the expected value."""
+    """Compare a number (Python float or 0-d tensor) with the expected value;
+    ``mistakes`` are known wrong numbers (``Mistake(value, explanation, slug)``).
+    Every failure carries a preview of ``got`` (``exc.answer``)."""
+    try:
+        _expect_scalar(got, expected, what, atol, mistakes)
+    except CheckFailed as exc:
+        if exc.answer is None:
+            exc.answer = preview(got)
+        raise
+
+
+def _expect_scalar(
+    got: Any, expected: float, what: str, atol: float, mistakes: Sequence[Mistake]
+) -> None:
     if isinstance(got, _Tensor):
         if got.numel() != 1:
             raise CheckFailed(
@@ -527,9 +679,9 @@ def expect_scalar(
         raise CheckFailed(f"{what} should be a number, got {type(got).__name__}")
     if abs(got - expected) <= atol:
         return
-    for value, explanation in mistakes:
-        if abs(got - value) <= atol and abs(expected - value) > atol:
-            raise CheckFailed(f"{what} is wrong in a known way: {explanation}")
+    for m in mistakes:
+        if abs(got - m.answer) <= atol and abs(expected - m.answer) > atol:
+            raise known_mistake(what, m, got=got)
     raise CheckFailed(
         f"{what}: expected {_fmt(float(expected))}, got {_fmt(float(got))}"
     )

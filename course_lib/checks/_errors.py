@@ -19,14 +19,32 @@ import sys
 import traceback
 from types import TracebackType
 
-__all__ = ["CheckFailed"]
+__all__ = ["CAUSES", "CheckFailed"]
+
+# Why a check failed when the answer is not a wrong value (``CheckFailed.cause``):
+# the function is still the stub, it raised, it called the course_lib reference, it
+# changed an input in place, it did not return within the time limit.
+CAUSES = ("not-attempted", "raised", "calls-library", "changed-input", "time-limit")
 
 # The graders' folder: frames from files in it are the grader's, not the student's.
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class CheckFailed(AssertionError):
-    """A check found a wrong answer; the message says what and, where known, why."""
+    """A check found a wrong answer; the message says what and, where known, why.
+
+    Beside the message, for the grading tool's records (set where known, else
+    ``None``): ``mistake``, the slug of the known mistake the answer matched
+    (:func:`course_lib.checks._core.known_mistake`), and ``explanation``, its
+    sentence; ``cause``, one of :data:`CAUSES` when the check failed for another
+    reason than a wrong value; ``answer``, a short plain-text preview of the
+    student's wrong value (:func:`course_lib.checks._core.preview`).
+    """
+
+    mistake: str | None = None
+    explanation: str | None = None
+    cause: str | None = None
+    answer: str | None = None
 
     def _render_traceback_(self) -> list[str]:
         """IPython's hook for an exception's own traceback: the short form the first

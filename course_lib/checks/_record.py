@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ._errors import CheckFailed
+from ._errors import CAUSES, CheckFailed
 
 __all__ = [
     "StudentFunction",
@@ -436,6 +436,10 @@ class _Recorder:
         except BaseException as exc:
             if isinstance(exc, CheckFailed):
                 event["raised"] = str(exc)[:_MAX_TEXT]
+                # why (the stub, an error, a library call, ...): replayed as is
+                cause = getattr(exc, "cause", None)
+                if type(cause) is str and cause in CAUSES:
+                    event["cause"] = cause
                 self._add(event)
             raise
         after = encode(list(args), _Budget())["list"]
@@ -601,7 +605,11 @@ class _Replay:
             )
         notes = [str(n)[:_MAX_TEXT] for n in event.get("notes") or []][:20]
         if "raised" in event:
-            raise CheckFailed(str(event["raised"])[:_MAX_TEXT])
+            failed = CheckFailed(str(event["raised"])[:_MAX_TEXT])
+            # the kernel's word, checked: one of the known causes or none
+            cause = event.get("cause")
+            failed.cause = cause if type(cause) is str and cause in CAUSES else None
+            raise failed
         try:
             result = decode(event.get("result"))
             for index, encoded in event.get("mutated") or []:

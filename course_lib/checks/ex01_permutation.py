@@ -36,18 +36,16 @@ _ATOL = 1e-5
 _RTOL = 1e-4
 
 
-def _known(
-    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
-) -> list[Mistake]:
+def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
     """The known wrong answers that differ from the expected one (a transposed
     permutation matrix *is* right for a permutation that is its own inverse)."""
     out = []
-    for answer, explanation in pairs:
-        same = answer.shape == expected.shape and torch.allclose(
-            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+    for m in candidates:
+        same = m.answer.shape == expected.shape and torch.allclose(
+            m.answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
         )
         if not same:
-            out.append(Mistake(answer, explanation))
+            out.append(m)
     return out
 
 
@@ -66,8 +64,8 @@ def _random_inputs(
 
 def _attention_mistakes(
     x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
-) -> list[tuple[torch.Tensor, str]]:
-    """Wrong self-attentions students write, as ``(output, explanation)``."""
+) -> list[Mistake]:
+    """Wrong self-attentions students write, with their outputs."""
     x, w_q, w_k, w_v = (t.double() for t in (x, w_q, w_k, w_v))
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # (..., seq, d_k), twice, and (..., seq, d_v)
     d_k, d_model = w_q.shape[1], x.shape[-1]
@@ -80,25 +78,52 @@ def _attention_mistakes(
 
     scaled = scores / math.sqrt(d_k)
     return [
-        (attend(scores), "the scores are not divided by sqrt(d_k): "
-                         "softmax(Q K^T / sqrt(d_k)) V"),
-        (attend(scores / d_k), "the scores are divided by d_k; divide by sqrt(d_k)"),
-        (attend(scores / math.sqrt(d_model)),
-         "the scores are divided by sqrt(d_model); divide by sqrt(d_k), the number of "
-         "columns of w_q"),
-        (attend(scaled, dim=-2),
-         "the softmax runs over the wrong axis (the queries): each query's weights "
-         "must sum to 1 over the keys, the last axis of Q K^T"),
-        (attend(scaled.transpose(-2, -1)),
-         "the scores are K Q^T instead of Q K^T (queries and keys swapped)"),
-        (attend(scaled.masked_fill(future, float("-inf"))),
-         "a causal mask was applied; this exercise is about plain (unmasked) "
-         "self-attention, which sees every token"),
-        (attend(scaled, values=x),
-         "the weights multiply x instead of the values V = x @ w_v"),
-        (torch.softmax(scaled, dim=-1),
-         "this is the attention-weight matrix; return the weighted values "
-         "softmax(Q K^T / sqrt(d_k)) V"),
+        Mistake(
+            attend(scores),
+            "the scores are not divided by sqrt(d_k): "
+            "softmax(Q K^T / sqrt(d_k)) V",
+            "unscaled",
+        ),
+        Mistake(
+            attend(scores / d_k),
+            "the scores are divided by d_k; divide by sqrt(d_k)",
+            "divided-by-d-k",
+        ),
+        Mistake(
+            attend(scores / math.sqrt(d_model)),
+            "the scores are divided by sqrt(d_model); divide by sqrt(d_k), the number "
+            "of "
+            "columns of w_q",
+            "scaled-by-d-model",
+        ),
+        Mistake(
+            attend(scaled, dim=-2),
+            "the softmax runs over the wrong axis (the queries): each query's weights "
+            "must sum to 1 over the keys, the last axis of Q K^T",
+            "softmax-over-queries",
+        ),
+        Mistake(
+            attend(scaled.transpose(-2, -1)),
+            "the scores are K Q^T instead of Q K^T (queries and keys swapped)",
+            "keys-queries-swapped",
+        ),
+        Mistake(
+            attend(scaled.masked_fill(future, float("-inf"))),
+            "a causal mask was applied; this exercise is about plain (unmasked) "
+            "self-attention, which sees every token",
+            "causal-mask",
+        ),
+        Mistake(
+            attend(scaled, values=x),
+            "the weights multiply x instead of the values V = x @ w_v",
+            "weights-times-x",
+        ),
+        Mistake(
+            torch.softmax(scaled, dim=-1),
+            "this is the attention-weight matrix; return the weighted values "
+            "softmax(Q K^T / sqrt(d_k)) V",
+            "returns-weights",
+        ),
     ]
 
 
@@ -175,15 +200,22 @@ def grade_self_attention(self_attention: Callable) -> None:
            detail=f"{len(cases)} shapes and dtypes, equivariance")
 
 
-def _perm_mistakes(perm: list[int]) -> list[tuple[torch.Tensor, str]]:
+def _perm_mistakes(perm: list[int]) -> list[Mistake]:
     n = len(perm)
     p = _ref_permutation_matrix(perm).double()  # (n, n)
     return [
-        (p.T, "this is the transposed matrix (the inverse permutation): it moves row "
-              "i of x to row perm[i]; the exercise asks for (P @ x)[i] = x[perm[i]], "
-              "so row i of P has its 1 in column perm[i]"),
-        (torch.eye(n, dtype=torch.float64),
-         "this is the identity matrix: it ignores perm"),
+        Mistake(
+            p.T,
+            "this is the transposed matrix (the inverse permutation): it moves row "
+            "i of x to row perm[i]; the exercise asks for (P @ x)[i] = x[perm[i]], "
+            "so row i of P has its 1 in column perm[i]",
+            "transposed",
+        ),
+        Mistake(
+            torch.eye(n, dtype=torch.float64),
+            "this is the identity matrix: it ignores perm",
+            "identity",
+        ),
     ]
 
 

@@ -24,6 +24,7 @@ from ._core import (
     call_student,
     expect_close,
     expect_equal,
+    known_mistake,
     passed,
 )
 
@@ -39,18 +40,16 @@ _ATOL = 1e-4
 _RTOL = 1e-4
 
 
-def _known(
-    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
-) -> list[Mistake]:
+def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
     """The known wrong answers that differ from the expected one (for d_model = 2
     several wrong exponents coincide with the right one)."""
     out = []
-    for answer, explanation in pairs:
-        same = answer.shape == expected.shape and torch.allclose(
-            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+    for m in candidates:
+        same = m.answer.shape == expected.shape and torch.allclose(
+            m.answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
         )
         if not same:
-            out.append(Mistake(answer, explanation))
+            out.append(m)
     return out
 
 
@@ -65,33 +64,56 @@ def _table(max_len: int, omega: torch.Tensor, *, first: int = 0,
     return torch.stack((a, b), dim=-1).flatten(-2)  # (max_len, d)
 
 
-def _encoding_mistakes(max_len: int, d_model: int) -> list[tuple[torch.Tensor, str]]:
+def _encoding_mistakes(max_len: int, d_model: int) -> list[Mistake]:
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
     i = two_i / 2
     omega = 10000.0 ** (-two_i / d_model)
     return [
-        (_table(max_len, omega, concat=True),
-         "this is the concatenated [sin | cos] layout (all sines, then all cosines); "
-         "the exercise asks for the interleaved layout: PE[p, 2i] = sin, "
-         "PE[p, 2i+1] = cos"),
-        (_table(max_len, 10000.0 ** (-2 * two_i / d_model)),
-         "the exponent is off by a factor of 2: with the column index 2i already "
-         "even, 10000^(2*(2i)/d) doubles it; the frequency of pair i is "
-         "10000^(-2i/d_model)"),
-        (_table(max_len, 10000.0 ** (-i / d_model)),
-         "the exponent is off by a factor of 2: it uses i instead of 2i "
-         "(10000^(i/d_model)); the frequency of pair i is 10000^(-2i/d_model)"),
-        (_table(max_len, omega, swap=True),
-         "sin and cos are swapped: even columns hold sin, odd columns cos"),
-        (_table(max_len, omega, swap=True, concat=True),
-         "this is the [cos | sin] concatenation; the exercise asks for the interleaved "
-         "layout with sin in even columns and cos in odd columns"),
-        (_table(max_len, 10000.0 ** (two_i / d_model)),
-         "the exponent has the wrong sign: p is multiplied by 10000^(2i/d) instead "
-         "of divided by it, so the frequencies grow instead of shrinking"),
-        (_table(max_len, omega, first=1),
-         "the positions start at 1; the first row is position 0 "
-         "(sin 0 = 0, cos 0 = 1)"),
+        Mistake(
+            _table(max_len, omega, concat=True),
+            "this is the concatenated [sin | cos] layout (all sines, then all "
+            "cosines); "
+            "the exercise asks for the interleaved layout: PE[p, 2i] = sin, "
+            "PE[p, 2i+1] = cos",
+            "concatenated-sin-cos",
+        ),
+        Mistake(
+            _table(max_len, 10000.0 ** (-2 * two_i / d_model)),
+            "the exponent is off by a factor of 2: with the column index 2i already "
+            "even, 10000^(2*(2i)/d) doubles it; the frequency of pair i is "
+            "10000^(-2i/d_model)",
+            "exponent-4i",
+        ),
+        Mistake(
+            _table(max_len, 10000.0 ** (-i / d_model)),
+            "the exponent is off by a factor of 2: it uses i instead of 2i "
+            "(10000^(i/d_model)); the frequency of pair i is 10000^(-2i/d_model)",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            _table(max_len, omega, swap=True),
+            "sin and cos are swapped: even columns hold sin, odd columns cos",
+            "sin-cos-swapped",
+        ),
+        Mistake(
+            _table(max_len, omega, swap=True, concat=True),
+            "this is the [cos | sin] concatenation; the exercise asks for the "
+            "interleaved "
+            "layout with sin in even columns and cos in odd columns",
+            "concatenated-cos-sin",
+        ),
+        Mistake(
+            _table(max_len, 10000.0 ** (two_i / d_model)),
+            "the exponent has the wrong sign: p is multiplied by 10000^(2i/d) instead "
+            "of divided by it, so the frequencies grow instead of shrinking",
+            "exponent-sign",
+        ),
+        Mistake(
+            _table(max_len, omega, first=1),
+            "the positions start at 1; the first row is position 0 "
+            "(sin 0 = 0, cos 0 = 1)",
+            "positions-from-one",
+        ),
     ]
 
 
@@ -131,7 +153,7 @@ def _check_encoding(sinusoidal_encoding: Callable, max_len: int, d_model: int, *
                                    rtol=_RTOL)):
         for m in mistakes:
             if torch.allclose(got.double(), m.answer.double(), atol=_ATOL, rtol=_RTOL):
-                raise CheckFailed(f"{call} is wrong in a known way: {m.explanation}")
+                raise known_mistake(call, m, got=got)
         _encoding_properties(got, call)
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL,
                  mistakes=mistakes, dtype="float")
@@ -170,31 +192,59 @@ def grade_sinusoidal_encoding(sinusoidal_encoding: Callable) -> None:
            detail=f"{len(cases) + 3} table sizes")
 
 
-def _padding_mistakes(mask: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+def _padding_mistakes(mask: torch.Tensor) -> list[Mistake]:
     m = mask.long()
     csum = m.cumsum(dim=-1)  # (batch, seq)
     arange = torch.arange(m.shape[-1]).expand_as(m)  # (batch, seq)
     return [
-        (csum * m, "the positions are counted from 1; the first real token of each "
-                   "row is position 0"),
-        (csum, "the positions are counted from 1 and padding is not set to 0"),
-        (csum - 1, "padding positions are not 0: (cumsum - 1) gives -1 on left "
-                   "padding; multiply by the mask (or clamp) so padding gets 0"),
-        ((csum - 1).clamp(min=0),
-         "padding positions are not 0: clamping cumsum - 1 fixes left padding but "
-         "right padding keeps the last position; multiply by the mask"),
-        ((csum - 1).masked_fill(m == 0, 1),
-         "padding gets position 1 (as older Hugging Face generation code did); "
-         "here padding positions are 0"),
-        (arange * m,
-         "this only works for right padding: counting from the start of the row "
-         "ignores left padding; the first real token must get position 0 (use a "
-         "cumulative sum of the mask)"),
-        (arange.clone(), "the mask is ignored: positions 0, 1, 2, ... for every slot"),
-        ((arange - m.argmax(dim=-1, keepdim=True)).clamp(min=0) * m,
-         "the positions count the slots since the first real token, padding in "
-         "between included; the position of a real token is the number of real "
-         "tokens before it (a cumulative sum of the mask)"),
+        Mistake(
+            csum * m,
+            "the positions are counted from 1; the first real token of each "
+            "row is position 0",
+            "counted-from-one",
+        ),
+        Mistake(
+            csum,
+            "the positions are counted from 1 and padding is not set to 0",
+            "counted-from-one-unmasked",
+        ),
+        Mistake(
+            csum - 1,
+            "padding positions are not 0: (cumsum - 1) gives -1 on left "
+            "padding; multiply by the mask (or clamp) so padding gets 0",
+            "padding-minus-one",
+        ),
+        Mistake(
+            (csum - 1).clamp(min=0),
+            "padding positions are not 0: clamping cumsum - 1 fixes left padding but "
+            "right padding keeps the last position; multiply by the mask",
+            "clamped-not-masked",
+        ),
+        Mistake(
+            (csum - 1).masked_fill(m == 0, 1),
+            "padding gets position 1 (as older Hugging Face generation code did); "
+            "here padding positions are 0",
+            "padding-one",
+        ),
+        Mistake(
+            arange * m,
+            "this only works for right padding: counting from the start of the row "
+            "ignores left padding; the first real token must get position 0 (use a "
+            "cumulative sum of the mask)",
+            "right-padding-only",
+        ),
+        Mistake(
+            arange.clone(),
+            "the mask is ignored: positions 0, 1, 2, ... for every slot",
+            "mask-ignored",
+        ),
+        Mistake(
+            (arange - m.argmax(dim=-1, keepdim=True)).clamp(min=0) * m,
+            "the positions count the slots since the first real token, padding in "
+            "between included; the position of a real token is the number of real "
+            "tokens before it (a cumulative sum of the mask)",
+            "slots-since-first",
+        ),
     ]
 
 
@@ -231,8 +281,8 @@ def _hidden_masks() -> list[torch.Tensor]:
 def _check_position_ids(position_ids_from_attention_mask: Callable,
                         mask: torch.Tensor) -> None:
     expected = _ref_position_ids_from_attention_mask(mask)  # (batch, seq)
-    mistakes = [Mistake(a, e) for a, e in _padding_mistakes(mask)
-                if not torch.equal(a, expected)]
+    mistakes = [m for m in _padding_mistakes(mask)
+                if not torch.equal(m.answer, expected)]
     rows = mask.long().tolist() if mask.dtype != torch.bool else mask.tolist()
     call = f"position_ids_from_attention_mask(torch.tensor({rows}))"
     got = call_student(position_ids_from_attention_mask, mask.clone(), call=call)

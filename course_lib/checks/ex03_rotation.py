@@ -32,6 +32,7 @@ from ._core import (
     Mistake,
     call_student,
     expect_close,
+    known_mistake,
     passed,
 )
 
@@ -51,18 +52,16 @@ _ATOL = 1e-5
 _RTOL = 1e-4
 
 
-def _known(
-    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
-) -> list[Mistake]:
+def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
     """The known wrong answers that differ from the expected one (for ``k = 0`` every
     wrong rotation is the identity, which is right)."""
     out = []
-    for answer, explanation in pairs:
-        same = answer.shape == expected.shape and torch.allclose(
-            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+    for m in candidates:
+        same = m.answer.shape == expected.shape and torch.allclose(
+            m.answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
         )
         if not same:
-            out.append(Mistake(answer, explanation))
+            out.append(m)
     return out
 
 
@@ -78,30 +77,48 @@ def _blocks(k: int, omega: torch.Tensor, *, concat: bool = False) -> torch.Tenso
     return m  # (d, d)
 
 
-def _offset_mistakes(k: int, d_model: int) -> list[tuple[torch.Tensor, str]]:
+def _offset_mistakes(k: int, d_model: int) -> list[Mistake]:
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
     omega = 10000.0 ** (-two_i / d_model)
     right = _blocks(k, omega)
     return [
-        (right.T,
-         "this is the transpose, the rotation by -k: it maps PE[p] to PE[p-k]. "
-         "With sin first, sin((p+k)w) = cos(kw) sin(pw) + sin(kw) cos(pw), so the "
-         "block is [[cos kw, sin kw], [-sin kw, cos kw]]"),
-        (_blocks(k, omega, concat=True),
-         "this matrix acts on the concatenated [sin | cos] layout (pair i on rows "
-         "i and i + d/2); the exercise uses the interleaved layout, pair i on rows "
-         "(2i, 2i+1)"),
-        (_blocks(k, 10000.0 ** (-2 * two_i / d_model)),
-         "the exponent is off by a factor of 2: 10000^(2*(2i)/d) doubles the "
-         "column index; block i rotates by k * 10000^(-2i/d_model)"),
-        (_blocks(k, 10000.0 ** (-(two_i / 2) / d_model)),
-         "the exponent is off by a factor of 2: it uses i instead of 2i; block i "
-         "rotates by k * 10000^(-2i/d_model)"),
-        (_blocks(k, torch.ones_like(omega)),
-         "every block rotates by the same angle k; block i rotates by k * w_i with "
-         "w_i = 10000^(-2i/d_model)"),
-        (_blocks(-k, omega, concat=True),
-         "this is the transposed matrix for the concatenated [sin | cos] layout"),
+        Mistake(
+            right.T,
+            "this is the transpose, the rotation by -k: it maps PE[p] to PE[p-k]. "
+            "With sin first, sin((p+k)w) = cos(kw) sin(pw) + sin(kw) cos(pw), so the "
+            "block is [[cos kw, sin kw], [-sin kw, cos kw]]",
+            "transposed",
+        ),
+        Mistake(
+            _blocks(k, omega, concat=True),
+            "this matrix acts on the concatenated [sin | cos] layout (pair i on rows "
+            "i and i + d/2); the exercise uses the interleaved layout, pair i on rows "
+            "(2i, 2i+1)",
+            "concatenated-layout",
+        ),
+        Mistake(
+            _blocks(k, 10000.0 ** (-2 * two_i / d_model)),
+            "the exponent is off by a factor of 2: 10000^(2*(2i)/d) doubles the "
+            "column index; block i rotates by k * 10000^(-2i/d_model)",
+            "exponent-4i",
+        ),
+        Mistake(
+            _blocks(k, 10000.0 ** (-(two_i / 2) / d_model)),
+            "the exponent is off by a factor of 2: it uses i instead of 2i; block i "
+            "rotates by k * 10000^(-2i/d_model)",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            _blocks(k, torch.ones_like(omega)),
+            "every block rotates by the same angle k; block i rotates by k * w_i with "
+            "w_i = 10000^(-2i/d_model)",
+            "same-angle",
+        ),
+        Mistake(
+            _blocks(-k, omega, concat=True),
+            "this is the transposed matrix for the concatenated [sin | cos] layout",
+            "concatenated-transposed",
+        ),
     ]
 
 
@@ -189,25 +206,48 @@ def _expected_dots() -> dict[str, float]:
     return {name: float(pe[p] @ pe[q]) for name, (p, q) in _PAIRS.items()}
 
 
-def _dot_mistakes(p: int, q: int) -> list[tuple[float, str]]:
+def _dot_mistakes(p: int, q: int) -> list[Mistake]:
     return [
-        (_dot_with([1.0, 1e-4], p, q),
-         "the exponent is off by a factor of 2: the second pair (i = 1, columns 2 "
-         "and 3) has frequency 10000^(-2/4) = 1/100, not 10000^(-4/4)"),
-        (_dot_with([1.0, 10000 ** -0.25], p, q),
-         "the exponent is off by a factor of 2: it uses i instead of 2i; the second "
-         "pair has frequency 10000^(-2*1/4) = 1/100"),
-        (_dot_with([1.0, 0.01], p, q, degrees=True),
-         "the angles were taken in degrees; p / 10000^(2i/d) is in radians"),
-        (2.0, "2 = d_model / 2 is PE(p) . PE(p), the dot product of a vector with "
-              "itself; here the positions differ"),
-        (sum(math.sin(p * w) * math.sin(q * w) for w in (1.0, 0.01)),
-         "only the sine products were summed; add cos(p w) cos(q w) for each pair"),
-        (sum(math.cos(p * w) * math.cos(q * w) for w in (1.0, 0.01)),
-         "only the cosine products were summed; add sin(p w) sin(q w) for each pair"),
-        (sum(math.cos((p + q) * w) for w in (1.0, 0.01)),
-         "this is a sum of cos((p + q) w): the identity is sin a sin b + cos a cos b "
-         "= cos(a - b), with a minus"),
+        Mistake(
+            _dot_with([1.0, 1e-4], p, q),
+            "the exponent is off by a factor of 2: the second pair (i = 1, columns 2 "
+            "and 3) has frequency 10000^(-2/4) = 1/100, not 10000^(-4/4)",
+            "exponent-4i",
+        ),
+        Mistake(
+            _dot_with([1.0, 10000 ** -0.25], p, q),
+            "the exponent is off by a factor of 2: it uses i instead of 2i; the second "
+            "pair has frequency 10000^(-2*1/4) = 1/100",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            _dot_with([1.0, 0.01], p, q, degrees=True),
+            "the angles were taken in degrees; p / 10000^(2i/d) is in radians",
+            "degrees",
+        ),
+        Mistake(
+            2.0,
+            "2 = d_model / 2 is PE(p) . PE(p), the dot product of a vector with "
+            "itself; here the positions differ",
+            "self-dot",
+        ),
+        Mistake(
+            sum(math.sin(p * w) * math.sin(q * w) for w in (1.0, 0.01)),
+            "only the sine products were summed; add cos(p w) cos(q w) for each pair",
+            "sines-only",
+        ),
+        Mistake(
+            sum(math.cos(p * w) * math.cos(q * w) for w in (1.0, 0.01)),
+            "only the cosine products were summed; add sin(p w) sin(q w) for each pair",
+            "cosines-only",
+        ),
+        Mistake(
+            sum(math.cos((p + q) * w) for w in (1.0, 0.01)),
+            "this is a sum of cos((p + q) w): the identity is sin a sin b + cos a cos "
+            "b "
+            "= cos(a - b), with a minus",
+            "cos-of-sum",
+        ),
     ]
 
 
@@ -238,10 +278,9 @@ def _check_dot(name: str, value: float, expected: float, *, public: bool) -> Non
     mistakes = _dot_mistakes(p, q)
     if abs(value - expected) <= _DOT_ATOL:
         return
-    for wrong, explanation in mistakes:
-        if abs(wrong - expected) > _DOT_ATOL and abs(value - wrong) <= 1e-6:
-            raise CheckFailed(f"{what} = {value:.6f} is wrong in a known way: "
-                              f"{explanation}")
+    for m in mistakes:
+        if abs(m.answer - expected) > _DOT_ATOL and abs(value - m.answer) <= 1e-6:
+            raise known_mistake(f"{what} = {value:.6f}", m, got=value)
     if abs(value - expected) <= 1e-3:
         raise CheckFailed(f"{what} = {value} is close to the right value but not "
                           f"within {_DOT_ATOL:g}: give at least 6 decimals, or an "

@@ -48,45 +48,64 @@ _ATOL = 1e-4
 _RTOL = 1e-4
 
 
-def _known(
-    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
-) -> list[Mistake]:
+def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
     """The known wrong answers that differ from the expected one (for head_dim = 2
     the pairings coincide; at position 0 every rotation is the identity)."""
     out = []
-    for answer, explanation in pairs:
-        same = answer.shape == expected.shape and torch.allclose(
-            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+    for m in candidates:
+        same = m.answer.shape == expected.shape and torch.allclose(
+            m.answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
         )
         if not same:
-            out.append(Mistake(answer, explanation))
+            out.append(m)
     return out
 
 
 # ---- rope_frequencies -----------------------------------------------------------
 
 
-def _frequency_mistakes(head_dim: int) -> list[tuple[torch.Tensor, str]]:
+def _frequency_mistakes(head_dim: int) -> list[Mistake]:
     i = torch.arange(head_dim // 2, dtype=torch.float64)
     d = head_dim
     return [
-        (10000.0 ** (-i / d), "the exponent is off by a factor of 2: it uses i instead "
-                              "of 2i; theta_i = 10000^(-2i/head_dim)"),
-        (10000.0 ** (-4 * i / d),
-         "the exponent is off by a factor of 2: 2 * (2i) / d, as when i already steps "
-         "by 2 (torch.arange(0, d, 2)) and is doubled again; theta_i = "
-         "10000^(-2i/head_dim)"),
-        (10000.0 ** (2 * i / d),
-         "the exponent has the wrong sign: the frequencies must decrease from "
-         "theta_0 = 1"),
-        (10000.0 ** (-2 * (i + 1) / d), "the frequencies start at i = 1; theta_0 = "
-                                        "10000^0 = 1"),
-        (10000.0 ** (-torch.arange(d, dtype=torch.float64) / d),
-         "this has head_dim entries; RoPE has one frequency per PAIR of dimensions, "
-         "head_dim // 2 of them"),
-        (10000.0 ** (-2 * torch.arange(d, dtype=torch.float64) / d),
-         "this has head_dim entries; RoPE has one frequency per PAIR of dimensions, "
-         "head_dim // 2 of them"),
+        Mistake(
+            10000.0 ** (-i / d),
+            "the exponent is off by a factor of 2: it uses i instead "
+            "of 2i; theta_i = 10000^(-2i/head_dim)",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            10000.0 ** (-4 * i / d),
+            "the exponent is off by a factor of 2: 2 * (2i) / d, as when i already "
+            "steps "
+            "by 2 (torch.arange(0, d, 2)) and is doubled again; theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-4i",
+        ),
+        Mistake(
+            10000.0 ** (2 * i / d),
+            "the exponent has the wrong sign: the frequencies must decrease from "
+            "theta_0 = 1",
+            "exponent-sign",
+        ),
+        Mistake(
+            10000.0 ** (-2 * (i + 1) / d),
+            "the frequencies start at i = 1; theta_0 = "
+            "10000^0 = 1",
+            "starts-at-i-1",
+        ),
+        Mistake(
+            10000.0 ** (-torch.arange(d, dtype=torch.float64) / d),
+            "this has head_dim entries; RoPE has one frequency per PAIR of dimensions, "
+            "head_dim // 2 of them",
+            "one-per-dimension",
+        ),
+        Mistake(
+            10000.0 ** (-2 * torch.arange(d, dtype=torch.float64) / d),
+            "this has head_dim entries; RoPE has one frequency per PAIR of dimensions, "
+            "head_dim // 2 of them",
+            "one-per-dimension-4i",
+        ),
     ]
 
 
@@ -143,7 +162,7 @@ def _rotate(x: torch.Tensor, angles: torch.Tensor, pairing: str) -> torch.Tensor
 
 
 def _rope_mistakes(x: torch.Tensor, positions: torch.Tensor
-                   ) -> list[tuple[torch.Tensor, str]]:
+                   ) -> list[Mistake]:
     d = x.shape[-1]
     i = torch.arange(d // 2, dtype=torch.float64)
     theta = 10000.0 ** (-2 * i / d)  # (d/2,)
@@ -155,33 +174,60 @@ def _rope_mistakes(x: torch.Tensor, positions: torch.Tensor
 
     right = angles(pos)
     return [
-        (_rotate(x, right, "half"),
-         "this is the rotate-half pairing (i, i + d/2) of GPT-NeoX / Hugging Face "
-         "Llama; the exercise asks for the interleaved pairing (2i, 2i+1)"),
-        (_rotate(x, right, "scrambled"),
-         "the pairs are read as (2i, 2i+1) but written back as [all first | all "
-         "second] (torch.cat instead of interleaving): the output dimensions are "
-         "permuted; put each rotated pair back at (2i, 2i+1)"),
-        (_rotate(x, -right, "interleaved"),
-         "the rotation goes the wrong way (the sign of the angle is flipped): "
-         "(a, b) -> (a cos - b sin, a sin + b cos)"),
-        (_rotate(x, angles(pos.flip(0)), "interleaved"),
-         "the positions are reversed: token t must be rotated by positions[t]"),
-        (_rotate(x, angles(torch.arange(seq, dtype=torch.float64)), "interleaved"),
-         "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
-         "token t by positions[t], e.g. an offset when decoding with a KV cache"),
-        (_rotate(x, angles(pos, 10000.0 ** (-i / d)), "interleaved"),
-         "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
-         "10000^(-2i/head_dim)"),
-        (_rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), "interleaved"),
-         "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
-         "10000^(-2i/head_dim)"),
-        (_rotate(x, right.flip(-1), "interleaved"),
-         "the frequencies are in reversed order: pair 0 turns fastest (theta_0 = 1)"),
-        (x.double() * right.cos().repeat_interleave(2, dim=-1)
-         + x.double() * right.sin().repeat_interleave(2, dim=-1),
-         "x * cos + x * sin: the sine term must multiply the rotated partner "
-         "(-x[2i+1], x[2i]), not x itself"),
+        Mistake(
+            _rotate(x, right, "half"),
+            "this is the rotate-half pairing (i, i + d/2) of GPT-NeoX / Hugging Face "
+            "Llama; the exercise asks for the interleaved pairing (2i, 2i+1)",
+            "rotate-half",
+        ),
+        Mistake(
+            _rotate(x, right, "scrambled"),
+            "the pairs are read as (2i, 2i+1) but written back as [all first | all "
+            "second] (torch.cat instead of interleaving): the output dimensions are "
+            "permuted; put each rotated pair back at (2i, 2i+1)",
+            "scrambled-pairs",
+        ),
+        Mistake(
+            _rotate(x, -right, "interleaved"),
+            "the rotation goes the wrong way (the sign of the angle is flipped): "
+            "(a, b) -> (a cos - b sin, a sin + b cos)",
+            "rotation-reversed",
+        ),
+        Mistake(
+            _rotate(x, angles(pos.flip(0)), "interleaved"),
+            "the positions are reversed: token t must be rotated by positions[t]",
+            "positions-reversed",
+        ),
+        Mistake(
+            _rotate(x, angles(torch.arange(seq, dtype=torch.float64)), "interleaved"),
+            "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
+            "token t by positions[t], e.g. an offset when decoding with a KV cache",
+            "positions-ignored",
+        ),
+        Mistake(
+            _rotate(x, angles(pos, 10000.0 ** (-i / d)), "interleaved"),
+            "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            _rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), "interleaved"),
+            "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-4i",
+        ),
+        Mistake(
+            _rotate(x, right.flip(-1), "interleaved"),
+            "the frequencies are in reversed order: pair 0 turns fastest (theta_0 = 1)",
+            "frequencies-reversed",
+        ),
+        Mistake(
+            x.double() * right.cos().repeat_interleave(2, dim=-1)
+            + x.double() * right.sin().repeat_interleave(2, dim=-1),
+            "x * cos + x * sin: the sine term must multiply the rotated partner "
+            "(-x[2i+1], x[2i]), not x itself",
+            "x-times-sin",
+        ),
     ]
 
 
@@ -313,33 +359,45 @@ def _ref_interleaved_to_half_weights(w: torch.Tensor, n_heads: int) -> torch.Ten
     return _lib_interleaved_to_half_weights(w, n_heads, w.shape[0] // n_heads)
 
 
-def _weight_mistakes(w: torch.Tensor, n_heads: int) -> list[tuple[torch.Tensor, str]]:
+def _weight_mistakes(w: torch.Tensor, n_heads: int) -> list[Mistake]:
     """Known wrong conversions of a projection ``w`` (rows: n_heads * head_dim)."""
     rows = w.shape[0]
     head_dim = rows // n_heads
     perm = _ref_interleaved_to_half_permutation(head_dim).long()  # evens, then odds
     per_head = _head_rows(n_heads, head_dim, perm)
     out = [
-        (w[_head_rows(n_heads, head_dim, torch.argsort(perm))],
-         "this is the conversion the other way, rotate-half -> interleaved (rows "
-         "[0, d/2, 1, d/2+1, ...] of each head, the reverse_permute of conversion "
-         "scripts); interleaved -> rotate-half puts the even rows of each head "
-         "first, then the odd ones"),
-        (w[_ref_interleaved_to_half_permutation(rows).long()],
-         "the rows were reordered over the whole projection (all even rows of all "
-         f"{n_heads} heads first) instead of inside each head: rows of different "
-         "heads got mixed; reorder the head_dim rows of every head separately"),
-        (w.clone(),
-         "the tensor came back unchanged" + (
-             ": a bias is part of the query (q = W x + b), so its entries must be "
-             "reordered inside each head exactly like the rows of W"
-             if w.dim() == 1 else "; reorder the rows inside each head")),
+        Mistake(
+            w[_head_rows(n_heads, head_dim, torch.argsort(perm))],
+            "this is the conversion the other way, rotate-half -> interleaved (rows "
+            "[0, d/2, 1, d/2+1, ...] of each head, the reverse_permute of conversion "
+            "scripts); interleaved -> rotate-half puts the even rows of each head "
+            "first, then the odd ones",
+            "inverse-conversion",
+        ),
+        Mistake(
+            w[_ref_interleaved_to_half_permutation(rows).long()],
+            "the rows were reordered over the whole projection (all even rows of all "
+            f"{n_heads} heads first) instead of inside each head: rows of different "
+            "heads got mixed; reorder the head_dim rows of every head separately",
+            "whole-projection",
+        ),
+        Mistake(
+            w.clone(),
+            "the tensor came back unchanged" + (
+                ": a bias is part of the query (q = W x + b), so its entries must be "
+                "reordered inside each head exactly like the rows of W"
+                if w.dim() == 1 else "; reorder the rows inside each head"),
+            "unchanged",
+        ),
     ]
     if w.dim() == 2 and w.shape[1] == rows:
-        out.append((w[:, per_head],
-                    "the columns were reordered instead of the rows: the weight is "
-                    "stored as nn.Linear stores it, (out, in), and the head "
-                    "dimensions of q = W x are its rows (output features)"))
+        out.append(Mistake(
+            w[:, per_head],
+            "the columns were reordered instead of the rows: the weight is "
+            "stored as nn.Linear stores it, (out, in), and the head "
+            "dimensions of q = W x are its rows (output features)",
+            "columns-reordered",
+        ))
     if w.dim() == 2 and w.shape[1] != rows and w.shape[1] % n_heads == 0:
         # head_dim taken from the input width, as for a square query projection; a
         # key projection with grouped-query attention has fewer rows than columns
@@ -347,12 +405,15 @@ def _weight_mistakes(w: torch.Tensor, n_heads: int) -> list[tuple[torch.Tensor, 
         if wrong_dim % 2 == 0 and wrong_dim != head_dim:
             wrong = (w.reshape(n_heads, wrong_dim // 2, 2, -1).transpose(1, 2)
                      .reshape(w.shape))
-            out.append((wrong,
-                        f"head_dim was taken from the input width ({w.shape[1]} // "
-                        f"{n_heads} = {wrong_dim}) instead of the number of rows "
-                        f"({rows} // {n_heads} = {head_dim}): with grouped-query "
-                        "attention a key projection has fewer rows than the model "
-                        "width"))
+            out.append(Mistake(
+                wrong,
+                f"head_dim was taken from the input width ({w.shape[1]} // "
+                f"{n_heads} = {wrong_dim}) instead of the number of rows "
+                f"({rows} // {n_heads} = {head_dim}): with grouped-query "
+                "attention a key projection has fewer rows than the model "
+                "width",
+                "head-dim-from-input",
+            ))
     return out
 
 

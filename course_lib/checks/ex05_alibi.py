@@ -16,7 +16,14 @@ import torch
 from course_lib.alibi import alibi_bias as _ref_alibi_bias
 from course_lib.alibi import alibi_slopes as _ref_alibi_slopes
 
-from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    known_mistake,
+    passed,
+)
 
 __all__ = [
     "check_alibi_bias",
@@ -34,18 +41,16 @@ _ATOL = 1e-6
 _RTOL = 1e-4
 
 
-def _known(
-    expected: torch.Tensor, pairs: list[tuple[torch.Tensor, str]]
-) -> list[Mistake]:
+def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
     """The known wrong answers that differ from the expected one (a power-of-two
     formula *is* right for 8 heads, so it must not be reported there)."""
     out = []
-    for answer, explanation in pairs:
-        same = answer.shape == expected.shape and torch.allclose(
-            answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
+    for m in candidates:
+        same = m.answer.shape == expected.shape and torch.allclose(
+            m.answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL
         )
         if not same:
-            out.append(Mistake(answer, explanation))
+            out.append(m)
     return out
 
 
@@ -54,41 +59,46 @@ def _power_of_two_only_slopes(n: int) -> torch.Tensor:
     return 2.0 ** (-8.0 * h / n)  # (n,)
 
 
-def _slope_mistakes(n: int) -> list[tuple[torch.Tensor, str]]:
-    """Wrong slope rules students write, as ``(slopes, explanation)``."""
+def _slope_mistakes(n: int) -> list[Mistake]:
+    """Wrong slope rules students write, with their slopes."""
     ref = _ref_alibi_slopes(n).double()
     h = torch.arange(n, dtype=torch.float64)
     closest = 1 << (n.bit_length() - 1)
-    pairs = [
-        (
+    mistakes = [
+        Mistake(
             _power_of_two_only_slopes(n),
             f"these slopes 2^(-8h/n) are only right when the number of heads is a "
             f"power of two; for {n} heads take the {closest} slopes of {closest} "
             f"heads, then every other slope of the {2 * closest}-head sequence, "
             f"2^(-8(2j+1)/{2 * closest}) for j = 0, 1, ...",
+            "power-of-two-only",
         ),
-        (
+        Mistake(
             2.0 ** (-8.0 * h / n),
             "the slopes start at 2^0 = 1: the first slope is 2^(-8/n) "
             "(h counts from 1)",
+            "starts-at-one",
         ),
-        (
+        Mistake(
             ref.flip(0),
             "the right slopes in reversed order: the first head has the largest slope",
+            "reversed-heads",
         ),
-        (
+        Mistake(
             ref.sort(descending=True).values,
             "the right slopes, but sorted: keep the order of the rule (the authors' "
             "code), the slopes of the closest power of two first, then the extra ones",
+            "sorted",
         ),
-        (
+        Mistake(
             _power_of_two_only_slopes(2 * closest)[:n] if n != closest else ref,
             f"these are the first {n} slopes of {2 * closest} heads (rounding the head "
             "count up to a power of two); the rule (the authors' code) rounds down and "
             "fills in with "
             "every other slope of the doubled sequence",
+            "rounded-up",
         ),
-        (
+        Mistake(
             torch.cat([ref[:closest], _power_of_two_only_slopes(2 * closest)[1::2]])[
                 :n
             ],
@@ -96,9 +106,10 @@ def _slope_mistakes(n: int) -> list[tuple[torch.Tensor, str]]:
             "with the SECOND one, which repeats slopes you already have; start "
             "with the first, 2^(-8(2j+1)/(2c)) where c is the largest power of two "
             "below the number of heads",
+            "extra-from-second",
         ),
     ]
-    return pairs
+    return mistakes
 
 
 def _check_slopes(alibi_slopes: Callable, n: int) -> None:
@@ -136,36 +147,65 @@ def _bias_from_slopes(slopes: torch.Tensor, seq_len: int) -> torch.Tensor:
     return -slopes.double()[:, None, None] * distance  # (heads, seq, seq)
 
 
-def _bias_mistakes(n: int, seq_len: int) -> list[tuple[torch.Tensor, str]]:
+def _bias_mistakes(n: int, seq_len: int) -> list[Mistake]:
     slopes = _ref_alibi_slopes(n).double()[:, None, None]  # (n, 1, 1)
     pos = torch.arange(seq_len, dtype=torch.float64)
     i, j = pos[:, None], pos[None, :]  # (seq, 1), (1, seq)
     expected = -slopes * (i - j).abs()
     causal = expected.masked_fill(j > i, float("-inf"))
     return [
-        (-expected, "the bias is positive (+m|i-j|): distant keys must be penalised, "
-                    "so the bias is -m_h |i - j|"),
-        ((slopes * j).expand(n, seq_len, seq_len),
-         "this is the Bloom form +m_h * j; it equals -m_h (i - j) after the softmax "
-         "only under a causal mask, and the exercise asks for -m_h |i - j|"),
-        ((-slopes * (i - j)).expand(n, seq_len, seq_len),
-         "-m_h (i - j) without the absolute value: keys after the query get a "
-         "positive bias; use |i - j|"),
-        ((-slopes * (j - i)).expand(n, seq_len, seq_len),
-         "-m_h (j - i) without the absolute value; use |i - j|"),
-        (causal, "a causal mask (-inf above the diagonal) was applied; the exercise "
-                 "asks for the symmetric bias -m_h |i - j| without -inf"),
-        (_bias_from_slopes(_power_of_two_only_slopes(n), seq_len),
-         "the bias uses slopes 2^(-8h/n) that are only right for a power-of-two "
-         "number of heads: fix alibi_slopes first"),
-        (_bias_from_slopes(_ref_alibi_slopes(n).flip(0), seq_len),
-         "the slopes are assigned to the heads in reversed order: head 0 has the "
-         "largest slope"),
-        ((-(i - j).abs()).expand(n, seq_len, seq_len),
-         "the distance is not multiplied by the head's slope m_h"),
-        (expected.permute(1, 2, 0),
-         "the axes are (seq, seq, heads); the bias must be "
-         "(n_heads, seq_len, seq_len)"),
+        Mistake(
+            -expected,
+            "the bias is positive (+m|i-j|): distant keys must be penalised, "
+            "so the bias is -m_h |i - j|",
+            "positive-sign",
+        ),
+        Mistake(
+            (slopes * j).expand(n, seq_len, seq_len),
+            "this is the Bloom form +m_h * j; it equals -m_h (i - j) after the softmax "
+            "only under a causal mask, and the exercise asks for -m_h |i - j|",
+            "bloom-form",
+        ),
+        Mistake(
+            (-slopes * (i - j)).expand(n, seq_len, seq_len),
+            "-m_h (i - j) without the absolute value: keys after the query get a "
+            "positive bias; use |i - j|",
+            "signed-i-minus-j",
+        ),
+        Mistake(
+            (-slopes * (j - i)).expand(n, seq_len, seq_len),
+            "-m_h (j - i) without the absolute value; use |i - j|",
+            "signed-j-minus-i",
+        ),
+        Mistake(
+            causal,
+            "a causal mask (-inf above the diagonal) was applied; the exercise "
+            "asks for the symmetric bias -m_h |i - j| without -inf",
+            "causal-mask",
+        ),
+        Mistake(
+            _bias_from_slopes(_power_of_two_only_slopes(n), seq_len),
+            "the bias uses slopes 2^(-8h/n) that are only right for a power-of-two "
+            "number of heads: fix alibi_slopes first",
+            "power-of-two-slopes",
+        ),
+        Mistake(
+            _bias_from_slopes(_ref_alibi_slopes(n).flip(0), seq_len),
+            "the slopes are assigned to the heads in reversed order: head 0 has the "
+            "largest slope",
+            "reversed-heads",
+        ),
+        Mistake(
+            (-(i - j).abs()).expand(n, seq_len, seq_len),
+            "the distance is not multiplied by the head's slope m_h",
+            "no-slope",
+        ),
+        Mistake(
+            expected.permute(1, 2, 0),
+            "the axes are (seq, seq, heads); the bias must be "
+            "(n_heads, seq_len, seq_len)",
+            "heads-last",
+        ),
     ]
 
 
@@ -177,7 +217,7 @@ def _raise_if_known(got: object, mistakes: list[Mistake], what: str) -> None:
             and torch.allclose(got.double(), m.answer.double(), atol=_ATOL, rtol=_RTOL,
                                equal_nan=True)
         ):
-            raise CheckFailed(f"{what} is wrong in a known way: {m.explanation}")
+            raise known_mistake(what, m, got=got)
 
 
 def _bias_properties(got: torch.Tensor, what: str) -> None:

@@ -12,6 +12,7 @@ bucket, future keys not sent to bucket 0 in causal mode.
 from __future__ import annotations
 
 import math
+from dataclasses import replace as _replace
 
 import torch
 
@@ -48,20 +49,20 @@ _ATOL = 1e-5
 _RTOL = 1e-4
 
 
-def _known(expected: torch.Tensor, candidates: list[tuple[torch.Tensor, str]]):
+def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
     """The candidate wrong answers that differ from the expected one (a candidate
     that coincides with the right answer for this input must not reject it)."""
     return [
-        Mistake(answer, text)
-        for answer, text in candidates
-        if not (answer.shape == expected.shape and _equal(answer, expected))
+        m
+        for m in candidates
+        if not (m.answer.shape == expected.shape and _equal(m.answer, expected))
     ]
 
 
 # --- shaw_relative_attention
 
 # Each known mistake: what it does, in the words of the message. Where it was met in
-# public code, the message says where.
+# public code, the message says where. Its slug is its key with hyphens.
 _SHAW_MISTAKES = {
     "queries_first": (
         "the queries are placed at positions 0..q_len-1. They are the LAST q_len of "
@@ -128,17 +129,26 @@ def _shaw_mistakes(q, k, v, a_k, a_v, max_distance: int, expected):
     outs, weights = [], []
     for mistake, text in _SHAW_MISTAKES.items():
         out, w = _shaw_variant(q, k, v, a_k, a_v, max_distance, mistake)
-        outs.append((out, text))
-        weights.append((w, text))
+        slug = mistake.replace("_", "-")
+        outs.append(Mistake(
+            out,
+            text,
+            slug,
+        ))
+        weights.append(Mistake(
+            w,
+            text,
+            slug,
+        ))
     return _close_known(out_ref, outs), _close_known(weights_ref, weights)
 
 
 def _close_known(expected, candidates):
     """The candidates that are not within the grader's tolerance of the answer."""
     return [
-        Mistake(answer, text)
-        for answer, text in candidates
-        if not _allclose(answer, expected, atol=_ATOL, rtol=_RTOL)
+        m
+        for m in candidates
+        if not _allclose(m.answer, expected, atol=_ATOL, rtol=_RTOL)
     ]
 
 
@@ -288,56 +298,63 @@ def _t5_expected(relative_position, bidirectional, num_buckets, max_distance):
 def _t5_mistakes(relative_position, bidirectional, num_buckets, max_distance, expected):
     args = (relative_position, bidirectional, num_buckets, max_distance)
     candidates = [
-        (
+        Mistake(
             _t5_variant(-relative_position, bidirectional, num_buckets, max_distance),
             "these are the buckets of query - key. relative_position is key - query "
             "(memory_position - context_position in T5): in causal mode keys before "
             "the query (negative relative_position) use the buckets, keys after it go "
             "to bucket 0.",
+            "query-minus-key",
         ),
-        (
+        Mistake(
             _t5_variant(*args, clamp=False),
             "bucket ids reach num_buckets or more: distances at or beyond "
             "max_distance must all share the last bucket (clamp the logarithmic "
             "bucket to num_buckets - 1 of its half).",
+            "not-clamped",
         ),
-        (
+        Mistake(
             _t5_variant(*args, rounding="ceil"),
             "the logarithmic bucket is rounded up. Bucket b holds the distances from "
             "its first distance r_b to r_(b+1) - 1, so a distance belongs to the "
             "largest b with r_b <= distance: round the logarithmic value down.",
+            "rounded-up",
         ),
-        (
+        Mistake(
             _t5_variant(*args, rounding="round"),
             "the logarithmic bucket is rounded to the nearest integer. A distance "
             "belongs to the largest b whose first distance r_b is at most the "
             "distance: round the logarithmic value down.",
+            "rounded-nearest",
         ),
     ]
     if bidirectional:
         candidates.append(
-            (
+            Mistake(
                 _t5_variant(*args, halve=False),
                 "in bidirectional mode each direction gets half of the buckets: use "
                 "num_buckets // 2 per side, keys after the query offset by "
                 "num_buckets // 2 (your buckets run up to 2 * num_buckets - 1).",
+                "not-halved",
             )
         )
         candidates.append(
-            (
+            Mistake(
                 _t5_variant(*args, halve=False, clamp=False),
                 "in bidirectional mode each direction gets half of the buckets "
                 "(num_buckets // 2 per side), and the logarithmic bucket must be "
                 "clamped to the last bucket of its half.",
+                "not-halved-not-clamped",
             )
         )
     else:
         candidates.append(
-            (
+            Mistake(
                 _t5_variant(*args, causal_abs=True),
                 "in causal mode (bidirectional=False) every key after the query "
                 "(relative_position > 0) belongs to bucket 0: use "
                 "n = max(-relative_position, 0), not |relative_position|.",
+                "causal-abs",
             )
         )
     return _known(expected, candidates)
@@ -382,10 +399,8 @@ def _check_bucket_case(fn, relative_position, bidirectional, num_buckets, max_di
         if not got.is_complex():
             near = got.double().round().long()
             mistakes = [
-                Mistake(
-                    _where(edge & ((near - m.answer).abs() <= 1), near, m.answer),
-                    m.explanation,
-                )
+                _replace(m, answer=_where(edge & ((near - m.answer).abs() <= 1),
+                                          near, m.answer))
                 for m in mistakes
             ]
     expect_equal(got, expected, what=call, mistakes=mistakes)

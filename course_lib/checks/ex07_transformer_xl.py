@@ -79,13 +79,13 @@ def _known(expected: torch.Tensor, valid: torch.Tensor, candidates):
     """Candidate wrong answers restricted to the compared entries, dropping those that
     coincide there with the right answer."""
     found = []
-    for answer, text in candidates:
-        answer = _on_valid(answer, valid)
+    for m in candidates:
+        answer = _on_valid(m.answer, valid)
         if answer.shape == expected.shape and _allclose(
             answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL, equal_nan=True
         ):
             continue
-        found.append(Mistake(answer, text))
+        found.append(Mistake(answer, m.explanation, m.slug))
     return found
 
 
@@ -123,41 +123,48 @@ def _shift_mistakes(x: torch.Tensor):
     padded_right = _pad(x, (0, 1)).reshape(*lead, k_len + 1, q_len)
     padded_left = _pad(x, (1, 0)).reshape(*lead, k_len + 1, q_len)
     return [
-        (
+        Mistake(
             x,
             "nothing is shifted: row i must move left by q_len - 1 - i (the last row "
             "stays, the first moves most).",
+            "not-shifted",
         ),
-        (
+        Mistake(
             padded_right[..., 1:, :].reshape(x.shape),
             "the zero column is padded on the right. Pad it on the LEFT "
             "(F.pad(x, (1, 0))) before viewing the numbers as (k_len + 1, q_len).",
+            "padded-right",
         ),
-        (
+        Mistake(
             padded_right[..., :-1, :].reshape(x.shape),
             "the zero column is padded on the right and the last row dropped. Pad on "
             "the LEFT, view as (k_len + 1, q_len) and drop the FIRST row.",
+            "padded-right-last-row-dropped",
         ),
-        (
+        Mistake(
             padded_left[..., :-1, :].reshape(x.shape),
             "off by one row: after padding and viewing as (k_len + 1, q_len), drop the "
             "FIRST row (the leading q_len numbers), not the last.",
+            "last-row-dropped",
         ),
-        (
+        Mistake(
             _gather_cols(x, j - (q_len - 1 - i)),
             "the rows are shifted the wrong way: out[i, j] = x[i, j + q_len - 1 - i] "
             "moves row i LEFT by q_len - 1 - i.",
+            "shifted-wrong-way",
         ),
-        (
+        Mistake(
             _gather_cols(x, j + i),
             "row i is shifted by i; it must move left by q_len - 1 - i (the last query "
             "row is the one that stays in place).",
+            "shifted-by-i",
         ),
-        (
+        Mistake(
             _gather_cols(x, i + m - j),
             "column c of x holds distance k_len - 1 - c (descending distances), so "
             "out[i, j] = x[i, j + q_len - 1 - i]; this answer reads column c as "
             "distance c.",
+            "ascending-distances",
         ),
     ]
 
@@ -258,35 +265,41 @@ def _scores_mistakes(q, k, r, u, v):
     ascending = _gather_cols(by_distance, i + k_len - q_len - j)
     s = _sqrt(dim)
     return [
-        (
+        Mistake(
             (c_swap + p_swap) / s,
             "u and v are swapped: u is the global CONTENT bias, added to the "
             "query before the dot product with the keys; v is the global POSITION "
             "bias, added before the dot product with the relative embeddings r.",
+            "u-v-swapped",
         ),
-        (
+        Mistake(
             content + position,
             "the scores are not scaled: divide the sum of the terms by sqrt(head_dim).",
+            "unscaled",
         ),
-        (
+        Mistake(
             (content + position) / dim,
             "the scores are divided by head_dim; divide by sqrt(head_dim).",
+            "divided-by-head-dim",
         ),
-        (
+        Mistake(
             (c_none + p_none) / s,
             "the global biases are missing: add u to the query for the content term "
             "and v for the position term.",
+            "no-global-biases",
         ),
-        (
+        Mistake(
             (content + by_distance) / s,
             "the position term is not realigned: (q + v) r^T has one column per "
             "DISTANCE; rel_shift turns it into one column per key.",
+            "not-realigned",
         ),
-        (
+        Mistake(
             (content + ascending) / s,
             "row c of r holds distance k_len - 1 - c (descending), so the distance "
             "i' - j with i' = i + k_len - q_len is row j + q_len - 1 - i; this answer "
             "reads row c as distance c.",
+            "ascending-distances",
         ),
     ]
 
@@ -435,37 +448,43 @@ def _bidirectional_mistakes(x: torch.Tensor):
     no_pad = x.reshape(*lead, width, q_len)[..., 1:, :]  # XLNet's recipe, no pad
     no_pad = no_pad.reshape(*lead, q_len, width - 1)[..., :k_len]
     return [
-        (
+        Mistake(
             no_pad,
             "each row reads one column too far right (column j + q_len - i): that is "
             "XLNet's shift, which has no zero pad because its input carries one more "
             "distance (k_len down to -q_len + 1). With the k_len + q_len - 1 columns "
             "asked for here, pad one zero column on the left first.",
+            "xlnet-shift",
         ),
-        (
+        Mistake(
             rows[..., width - k_len :],
             "these are the LAST k_len columns of the shifted rows; keep the FIRST "
             "k_len: out[i, j] = x[i, j + q_len - 1 - i].",
+            "last-columns",
         ),
-        (
+        Mistake(
             cols(right).masked_fill(future, 0.0),
             "the keys after their query are zeroed as in the causal shift; in the "
             "bidirectional shift every entry is a real (negative) distance: keep it.",
+            "future-zeroed",
         ),
-        (
+        Mistake(
             cols(right).masked_fill(future, -_inf),
             "the keys after their query are masked as in the causal shift; in the "
             "bidirectional shift every entry is a real (negative) distance: keep it.",
+            "future-masked",
         ),
-        (
+        Mistake(
             cols(width - 1 - right),
             "column c of x holds distance k_len - 1 - c (descending, from k_len - 1 "
             "down to -(q_len - 1)); this answer reads the columns in ascending order.",
+            "ascending-columns",
         ),
-        (
+        Mistake(
             cols(j - (q_len - 1 - i)),
             "the rows are shifted the wrong way: out[i, j] = x[i, j + q_len - 1 - i] "
             "moves row i LEFT by q_len - 1 - i.",
+            "shifted-wrong-way",
         ),
     ]
 
@@ -496,9 +515,7 @@ def _bidirectional_case(fn, x: torch.Tensor, label: str, expected=None) -> None:
             )
     got = _require_shape(got, torch.Size(shape), call)
     mistakes = [
-        Mistake(a, text)
-        for a, text in _bidirectional_mistakes(x)
-        if not torch.equal(a, expected)
+        m for m in _bidirectional_mistakes(x) if not torch.equal(m.answer, expected)
     ]
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL, mistakes=mistakes)
 

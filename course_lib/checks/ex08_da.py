@@ -11,6 +11,7 @@ here so that a message can name the mistake.
 from __future__ import annotations
 
 import math
+from dataclasses import replace as _replace
 
 import torch
 
@@ -44,12 +45,12 @@ _RTOL = 1e-4
 
 def _known(expected: torch.Tensor, candidates):
     return [
-        Mistake(answer, text)
-        for answer, text in candidates
+        m
+        for m in candidates
         if not (
-            answer.shape == expected.shape
+            m.answer.shape == expected.shape
             and _allclose(
-                answer.double(),
+                m.answer.double(),
                 expected.double(),
                 atol=_ATOL,
                 rtol=_RTOL,
@@ -80,28 +81,33 @@ def _fmt_arg(x: torch.Tensor) -> str:
 def _rescale_mistakes(distance, w, v):
     d, w, v = distance.double(), w.double(), v.double()
     return [
-        (
+        Mistake(
             (1 + _exp(v)) / (1 + _exp(v + w * d)),
             "the sign inside the exponential is flipped: the denominator is "
             "1 + e^(v - w*distance), so that w > 0 makes R_hat grow with the distance.",
+            "sign-of-w-flipped",
         ),
-        (
+        Mistake(
             1 / (1 + _exp(v - w * d)),
             "the numerator 1 + e^v is missing: it makes R_hat exactly 1 at distance 0 "
             "(and bounds it by 1 + e^v).",
+            "no-numerator",
         ),
-        (
+        Mistake(
             _exp(v) / (1 + _exp(v - w * d)),
             "the numerator is e^v; it is 1 + e^v, which makes R_hat exactly 1 at "
             "distance 0.",
+            "numerator-e-v",
         ),
-        (
+        Mistake(
             (1 + _exp(v)) / (1 + _exp(w * d - v)),
             "the exponent is w*distance - v; it is v - w*distance.",
+            "exponent-negated",
         ),
-        (
+        Mistake(
             (1 + _exp(w)) / (1 + _exp(w - v * d)),
             "w and v are swapped: w multiplies the distance, v sets the bound 1 + e^v.",
+            "w-v-swapped",
         ),
     ]
 
@@ -227,7 +233,7 @@ def grade_da_rescale(fn) -> None:
 
 
 def _attention_variants(q, k, v, w, v_bias, causal=False):
-    """Known wrong weights, each as a ``(weights, explanation)`` pair."""
+    """Known wrong weights, each as a :class:`Mistake` whose answer is the weights."""
     q_len, k_len = q.shape[2], k.shape[2]
     dim = q.shape[-1]
     query_pos = _arange(q_len) + (k_len - q_len)  # queries are the last positions
@@ -254,68 +260,81 @@ def _attention_variants(q, k, v, w, v_bias, causal=False):
         return x.masked_fill(where, -torch.inf) if causal else x
 
     variants = [
-        (
+        Mistake(
             (raw.relu() / s).softmax(-1),
             "R_hat is not applied: multiply ReLU(q k^T) by R_hat before the softmax.",
+            "no-rescale",
         ),
-        (
+        Mistake(
             (raw * r_hat / s).softmax(-1),
             "the ReLU is missing: DA-Transformer rescales ReLU(q k^T), so that "
             "negative scores do not become more negative with the distance.",
+            "no-relu",
         ),
-        (
+        Mistake(
             (raw.relu() * (1 + _exp(vh)) / (1 + _exp(vh + wh * distance)) / s).softmax(
                 -1
             ),
             "the sign inside R_hat's exponential is flipped: R_hat = (1 + e^v) / "
             "(1 + e^(v - w*distance)).",
+            "rescale-sign-flipped",
         ),
-        (
+        Mistake(
             (raw.relu() * r_hat).softmax(-1),
             "the scores are not scaled: divide ReLU(q k^T) * R_hat by sqrt(head_dim).",
+            "unscaled",
         ),
-        (
+        Mistake(
             after / after.sum(-1, keepdim=True),
             "R_hat is applied after the softmax; it rescales the scores before it.",
+            "rescale-after-softmax",
         ),
-        (
+        Mistake(
             after,
             "R_hat multiplies the softmax weights; it rescales the scores before the "
             "softmax (the weights must sum to 1).",
+            "rescale-times-weights",
         ),
-        (
+        Mistake(
             (raw.relu() * rescale(distance, vh, wh) / s).softmax(-1),
             "w and v_bias are swapped: w multiplies the distance, v_bias sets the "
             "bound.",
+            "w-v-swapped",
         ),
-        (
+        Mistake(
             (raw.relu() * rescale(signed, wh, vh) / s).softmax(-1),
             "the distance is signed (i - j); DA-Transformer uses R = |i - j|.",
+            "signed-distance",
         ),
     ]
-    variants = [(masked(a.log()).softmax(-1) if causal else a, text)
-                for a, text in variants]
+    variants = [
+        _replace(m, answer=masked(m.answer.log()).softmax(-1)) if causal else m
+        for m in variants
+    ]
     if not causal:
-        variants.append((
+        variants.append(Mistake(
             right.masked_fill(future, -torch.inf).softmax(-1),
             "a causal mask was applied, but causal=False: every query sees every key.",
+            "causal-mask-applied",
         ))
     else:
         variants += [
-            (
+            Mistake(
                 right.softmax(-1),
                 "causal=True, but keys after their query are not masked: fill them "
                 "with -inf before the softmax.",
+                "not-masked",
             ),
-            (
+            Mistake(
                 masked(raw, future).relu().mul(r_hat).div(s).softmax(-1),
                 "the mask is applied before the ReLU: ReLU(-inf) = 0, so the masked "
                 "keys still get weight. Mask the rescaled scores, after the ReLU.",
+                "mask-before-relu",
             ),
         ]
     if k_len != q_len:
         variants += [
-            (
+            Mistake(
                 masked(raw.relu() * rescale(distance_first, wh, vh) / s,
                        future_first if causal else future).softmax(-1)
                 if causal else (raw.relu() * rescale(distance_first, wh, vh) / s
@@ -323,13 +342,15 @@ def _attention_variants(q, k, v, w, v_bias, causal=False):
                 "the queries are taken as the FIRST q_len positions; they are the "
                 "LAST q_len of the k_len positions (a key/value cache): query row i "
                 "sits at position i + k_len - q_len.",
+                "queries-first",
             ),
         ]
         if causal:
-            variants.append((
+            variants.append(Mistake(
                 right.masked_fill(future_first, -torch.inf).softmax(-1),
                 "the causal mask ignores the cache: query row i sits at position "
                 "i + k_len - q_len and may see every key up to it.",
+                "mask-ignores-cache",
             ))
     return variants
 
@@ -339,8 +360,12 @@ def _check_attention_case(fn, q, k, v, w, v_bias, causal=False) -> None:
         q.clone(), k.clone(), v.clone(), w.clone(), v_bias.clone(), causal=causal
     )
     variants = _attention_variants(q, k, v, w, v_bias, causal)
-    weight_mistakes = _known(weights_ref, [(a.float(), t) for a, t in variants])
-    out_mistakes = _known(out_ref, [((a @ v.double()).float(), t) for a, t in variants])
+    weight_mistakes = _known(
+        weights_ref, [_replace(m, answer=m.answer.float()) for m in variants]
+    )
+    out_mistakes = _known(
+        out_ref, [_replace(m, answer=(m.answer @ v.double()).float()) for m in variants]
+    )
     call = (
         f"da_attention(q, k, v, w, v_bias{', causal=True' if causal else ''}) with "
         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "

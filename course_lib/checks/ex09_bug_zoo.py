@@ -33,6 +33,7 @@ from ._core import (
     call_student,
     expect_close,
     expect_equal,
+    known_mistake,
     passed,
     require_plain,
 )
@@ -55,12 +56,12 @@ _STILL = "this is still the buggy version: "
 def _known(expected: torch.Tensor, candidates, *, atol: float = 0.0):
     """The candidates that differ from the expected answer (for this input)."""
     found = []
-    for answer, text in candidates:
-        if answer.shape == expected.shape and _allclose(
-            answer.double(), expected.double(), atol=atol, rtol=0.0
+    for m in candidates:
+        if m.answer.shape == expected.shape and _allclose(
+            m.answer.double(), expected.double(), atol=atol, rtol=0.0
         ):
             continue
-        found.append(Mistake(answer, text))
+        found.append(m)
     return found
 
 
@@ -108,41 +109,46 @@ def _cos_sin_variant(positions, head_dim, dtype, *, low_freq=False, low_pos=Fals
 
 
 def _cos_sin_mistakes(positions, head_dim, dtype):
-    """Known wrong answers, as (cos, sin) pairs."""
+    """Known wrong answers, each a :class:`Mistake` whose answer is a (cos, sin)
+    pair."""
     low = dtype in (torch.float16, torch.bfloat16)
     name = str(dtype).replace("torch.", "")
     out = []
     if low:
         out += [
-            (
+            Mistake(
                 _cos_sin_variant(positions, head_dim, dtype, low_all=True),
                 _STILL + f"the angles p * theta_i are computed in {name}. Far "
                 "positions are large numbers, and rounding p * theta_i to "
                 f"{name} moves the angle by whole radians (EleutherAI/gpt-neox#1003). "
                 "Compute positions, frequencies and angles in float32 (or float64) "
                 f"and round only cos and sin to {name}.",
+                "angles-low-precision",
             ),
-            (
+            Mistake(
                 _cos_sin_variant(positions, head_dim, dtype, low_freq=True),
                 f"the frequencies theta_i are rounded to {name} before the angles "
                 "are computed (what happens to an inv_freq buffer when the model is "
                 "cast: huggingface/transformers#25681, sgl-project/sglang-jax#1472): "
                 "their relative error, multiplied by a far position, is a large "
                 "angle error. Keep the frequencies in float32 or float64.",
+                "frequencies-low-precision",
             ),
-            (
+            Mistake(
                 _cos_sin_variant(positions, head_dim, dtype, low_pos=True),
                 f"the positions are rounded to {name} (a tensor made with "
                 f"type_as of a {name} tensor): {name} cannot hold every integer "
                 f"above {256 if dtype == torch.bfloat16 else 2048}. Keep positions in "
                 "float32 or float64 (exact up to 2^24).",
+                "positions-low-precision",
             ),
         ]
     angles = positions.double()[:, None] * _theta(head_dim)
     out.append(
-        (
+        Mistake(
             (angles.sin().to(dtype), angles.cos().to(dtype)),
             "cos and sin are swapped: return (cos, sin), in that order.",
+            "cos-sin-swapped",
         )
     )
     return out
@@ -183,7 +189,8 @@ def _check_cos_sin(fn, positions: torch.Tensor, head_dim: int,
         for g, e in zip(got, expected, strict=True)
     )
     if not right:
-        for (m_cos, m_sin), text in known:
+        for mistake in known:
+            m_cos, m_sin = mistake.answer
             mine = all(
                 g.shape == m.shape
                 and _allclose(g.double(), m.double(), atol=atol, rtol=0.0)
@@ -194,7 +201,7 @@ def _check_cos_sin(fn, positions: torch.Tensor, head_dim: int,
                 for m, e in zip((m_cos, m_sin), expected, strict=True)
             )
             if mine and not same:
-                raise CheckFailed(f"{call} is wrong in a known way: {text}")
+                raise known_mistake(call, mistake, got=got)
     for part, g, e in zip(("cos", "sin"), got, expected, strict=True):
         expect_close(g, e, what=f"{call}: {part}", atol=atol, rtol=0.0)
     for part, g in zip(("cos", "sin"), got, strict=True):
@@ -249,26 +256,30 @@ def _decode_ids_mistakes(mask: torch.Tensor, n_new: int):
     counted = m.cumsum(dim=1)  # (batch, total)
     new = m[:, total - n_new:]
     return [
-        (
+        Mistake(
             _arange(total - n_new, total).expand(batch, n_new).clone(),
             _STILL + "every row gets the same positions, total - n_new .. total - 1 "
             "(one cache_position for the whole batch: unslothai/unsloth#3699). In a "
             "left-padded row the padding is not part of the text: count only the "
             "real tokens of that row.",
+            "one-position-per-batch",
         ),
-        (
+        Mistake(
             (new.cumsum(dim=1) - 1) * new,
             "the positions restart at 0 with every call: count the real tokens "
             "of the WHOLE row (the cached ones too), then keep the last n_new.",
+            "restart-each-call",
         ),
-        (
+        Mistake(
             (counted * m)[:, total - n_new:],
             "the positions start at 1; the first real token has position 0.",
+            "counted-from-one",
         ),
-        (
+        Mistake(
             (counted - 1)[:, total - n_new:],
             "padding columns get -1 (subtract 1 before masking, then multiply by "
             "the mask): padding must get 0.",
+            "padding-minus-one",
         ),
     ]
 
@@ -346,30 +357,34 @@ def _window_variant(q_len, k_len, window, *, span=None, shift=None, causal=True,
 
 def _window_mistakes(q_len: int, k_len: int, window: int):
     return [
-        (
+        Mistake(
             _window_variant(q_len, k_len, window, buggy=True),
             _STILL + "the window's diagonal is ADDED to the causal one "
             "(huggingface/transformers#41228): keys more than `window` positions "
             "back stay visible, and future keys beyond the window are unmasked "
             "again. Block every key j with (i + k_len - q_len) - j >= window.",
+            "diagonal-added",
         ),
-        (
+        Mistake(
             _window_variant(q_len, k_len, window, span=window + 1),
             "each query sees window + 1 keys: the window counts the query itself, "
             "so it reaches back window - 1 positions (the off-by-one of "
             "huggingface/transformers#29623 and ml-explore/mlx-lm#390).",
+            "window-plus-one",
         ),
-        (
+        Mistake(
             _window_variant(q_len, k_len, window, shift=0),
             "the queries are taken to be at positions 0 .. q_len - 1; with a cache "
             "they are the LAST q_len of the k_len positions, so query i is at "
             "i + k_len - q_len.",
+            "queries-first",
         ),
-        (
+        Mistake(
             _window_variant(q_len, k_len, window, causal=False),
             "the window is two-sided, so queries see future keys (a window of "
             "(w, w) where (w, 0) was meant: huggingface/transformers#39408). Keep "
             "the causal mask.",
+            "two-sided",
         ),
     ]
 
@@ -389,7 +404,7 @@ def _check_window(fn, q_len: int, k_len: int, window: int) -> None:
     if isinstance(got, torch.Tensor):
         for m in mistakes:
             if got.shape == m.answer.shape and _equal(got, m.answer):
-                raise CheckFailed(f"{call} is wrong in a known way: {m.explanation}")
+                raise known_mistake(call, m, got=got)
     expect_equal(got if not isinstance(got, torch.Tensor) else got.long(),
                  expected.long(), what=call)
 

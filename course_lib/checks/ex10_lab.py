@@ -31,7 +31,14 @@ import torch
 
 from course_lib.alibi import alibi_slopes as _ref_alibi_slopes
 
-from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    known_mistake,
+    passed,
+)
 
 __all__ = [
     "check_log_distance_bias",
@@ -68,24 +75,42 @@ def _bias_mistakes(n_heads: int, seq_len: int) -> list[Mistake]:
         return x.expand(n_heads, seq_len, seq_len).masked_fill(future, float("-inf"))
 
     out = [
-        Mistake(causal(-slopes * dist),
-                "this is ALiBi's linear penalty -m_h (i - j); the exercise asks for "
-                "the logarithmic one, -m_h ln(1 + (i - j))"),
-        Mistake(causal(slopes * torch.log1p(dist)),
-                "the bias is positive: distant keys must be penalised, so the bias is "
-                "-m_h ln(1 + (i - j))"),
-        Mistake(causal(-slopes * torch.log2(1 + dist)),
-                "this uses log base 2; use the natural logarithm (torch.log1p)"),
-        Mistake((-slopes * torch.log1p(back.abs())).expand(n_heads, seq_len, seq_len),
-                "the causal mask is missing: keys after the query (j > i) must get "
-                "-inf"),
-        Mistake(causal(-slopes.flip(0) * torch.log1p(dist)),
-                "the slopes are in reversed order: head h = 1 has the largest slope "
-                "2^(-8/H)"),
-        Mistake(causal(-(2.0 ** (-8.0 * torch.arange(n_heads, dtype=torch.float64)
-                                  / n_heads))[:, None, None] * torch.log1p(dist)),
-                "the slopes start at 2^0 = 1: the first slope is 2^(-8/H) (h counts "
-                "from 1)"),
+        Mistake(
+            causal(-slopes * dist),
+            "this is ALiBi's linear penalty -m_h (i - j); the exercise asks for "
+            "the logarithmic one, -m_h ln(1 + (i - j))",
+            "linear-penalty",
+        ),
+        Mistake(
+            causal(slopes * torch.log1p(dist)),
+            "the bias is positive: distant keys must be penalised, so the bias is "
+            "-m_h ln(1 + (i - j))",
+            "positive-sign",
+        ),
+        Mistake(
+            causal(-slopes * torch.log2(1 + dist)),
+            "this uses log base 2; use the natural logarithm (torch.log1p)",
+            "log-base-2",
+        ),
+        Mistake(
+            (-slopes * torch.log1p(back.abs())).expand(n_heads, seq_len, seq_len),
+            "the causal mask is missing: keys after the query (j > i) must get "
+            "-inf",
+            "no-causal-mask",
+        ),
+        Mistake(
+            causal(-slopes.flip(0) * torch.log1p(dist)),
+            "the slopes are in reversed order: head h = 1 has the largest slope "
+            "2^(-8/H)",
+            "reversed-heads",
+        ),
+        Mistake(
+            causal(-(2.0 ** (-8.0 * torch.arange(n_heads, dtype=torch.float64)
+                              / n_heads))[:, None, None] * torch.log1p(dist)),
+            "the slopes start at 2^0 = 1: the first slope is 2^(-8/H) (h counts "
+            "from 1)",
+            "starts-at-one",
+        ),
     ]
     expected = _reference_bias(n_heads, seq_len)
     return [m for m in out if not (
@@ -209,21 +234,27 @@ def _reference_retained(summary: list[dict], task: str, method: str,
     return {n: (a - chance) / (base - chance) for n, a in rows}
 
 
-def _retained_mistakes(summary, task, method, chance) -> list[tuple[dict, str]]:
+def _retained_mistakes(summary, task, method, chance) -> list[Mistake]:
     rows = sorted((r["length"], r["mean"]) for r in summary
                   if r["task"] == task and r["method"] == method)
     base, last = rows[0][1], rows[-1][1]
-    out = [({n: a / base for n, a in rows},
+    out = [Mistake({n: a / base for n, a in rows},
             "this is a(n) / a(L): subtract chance from both accuracies first, "
-            "r(n) = (a(n) - c) / (a(L) - c)")]
+            "r(n) = (a(n) - c) / (a(L) - c)", "no-chance-subtracted")]
     if chance < 1:
-        out.append(({n: (a - chance) / (1 - chance) for n, a in rows},
-                    "this divides by (1 - c), the skill of a perfect model; divide by "
-                    "a(L) - c, the skill this method has at the training length"))
+        out.append(Mistake(
+            {n: (a - chance) / (1 - chance) for n, a in rows},
+            "this divides by (1 - c), the skill of a perfect model; divide by "
+            "a(L) - c, the skill this method has at the training length",
+            "divided-by-perfect",
+        ))
     if last != chance:
-        out.append(({n: (a - chance) / (last - chance) for n, a in rows},
-                    "the reference is the longest length; it must be the shortest "
-                    "(the training length L)"))
+        out.append(Mistake(
+            {n: (a - chance) / (last - chance) for n, a in rows},
+            "the reference is the longest length; it must be the shortest "
+            "(the training length L)",
+            "longest-reference",
+        ))
     return out
 
 
@@ -256,9 +287,9 @@ def _check_retained(fn: Callable, summary: list[dict], task: str, method: str,
                               f"{sorted(want)}, got strings")
         raise CheckFailed(f"{call}: expected the keys {sorted(want)}, got "
                           f"{sorted(got, key=str)}")
-    for answer, explanation in mistakes:
-        if _same(got, answer) and not _same(answer, want):
-            raise CheckFailed(f"{call} is wrong in a known way: {explanation}")
+    for m in mistakes:
+        if _same(got, m.answer) and not _same(m.answer, want):
+            raise known_mistake(call, m, got=got)
     for n, w in sorted(want.items()):
         g = got[n]
         if math.isnan(w):

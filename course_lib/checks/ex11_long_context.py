@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace as _replace
 
 import torch
 
@@ -64,12 +65,12 @@ def _known(expected: torch.Tensor, candidates, atol: float, rtol: float):
     """The known wrong answers that differ from the expected one here (with factor 1
     every band rule is right, so none may be reported)."""
     return [
-        Mistake(answer, text)
-        for answer, text in candidates
+        m
+        for m in candidates
         if not (
-            answer.shape == expected.shape
+            m.answer.shape == expected.shape
             and _allclose(
-                answer.double(), expected.double(), atol=atol, rtol=rtol,
+                m.answer.double(), expected.double(), atol=atol, rtol=rtol,
                 equal_nan=True,
             )
         )
@@ -89,7 +90,7 @@ def _index(turns: float, head_dim: int, base: float, original: int, *,
 
 
 def _range_mistakes(beta_fast: float, beta_slow: float, head_dim: int, base: float,
-                    original: int, truncate: bool) -> list[tuple[list, str]]:
+                    original: int, truncate: bool) -> list[Mistake]:
     d = head_dim
     lo = _index(beta_fast, d, base, original)
     hi = _index(beta_slow, d, base, original)
@@ -104,57 +105,91 @@ def _range_mistakes(beta_fast: float, beta_slow: float, head_dim: int, base: flo
     if truncate:
         nearest = (round(lo), round(hi))
         ends = {
-            (math.ceil(lo), math.ceil(hi)):
+            (math.ceil(lo), math.ceil(hi)): (
                 "low is rounded up; round it down (floor): pair low is the last "
                 "pair that still turns at least beta_fast times",
-            (math.floor(lo), math.floor(hi)):
+                "low-rounded-up",
+            ),
+            (math.floor(lo), math.floor(hi)): (
                 "high is rounded down; round it up (ceil): pair high is the first "
                 "pair that turns at most beta_slow times",
-            (math.ceil(lo), math.floor(hi)):
+                "high-rounded-down",
+            ),
+            (math.ceil(lo), math.floor(hi)): (
                 "both ends are rounded inward; round them outward, low down "
                 "(floor) and high up (ceil), so that the ramp covers every pair "
                 "between the two turn counts",
+                "rounded-inward",
+            ),
         }
-        for (a, b), text in ends.items():
+        for (a, b), (text, slug) in ends.items():
             if (a, b) == nearest:
                 text += " (rounding to the nearest pair, round(), gives this here)"
-            out.append((clip(a, b), text))
+            out.append(Mistake(
+                clip(a, b),
+                text,
+                slug,
+            ))
     else:
         out.append(
-            (clip(math.floor(lo), math.ceil(hi)),
-             "the ends are rounded although truncate=False: without truncation they "
-             "stay fractional (only clipped)"))
+            Mistake(
+                clip(math.floor(lo), math.ceil(hi)),
+                "the ends are rounded although truncate=False: without truncation they "
+                "stay fractional (only clipped)",
+                "rounded-without-truncate",
+            ))
     out += [
-        ([math.floor(lo) if truncate else lo, min(math.ceil(hi) if truncate else hi,
-                                                  d - 1)],
-         "low is not clipped at 0: when even pair 0 turns fewer than beta_fast "
-         "times in L, the fractional index is negative, and the range starts at 0"),
-        ([max(math.floor(lo) if truncate else lo, 0),
-          min(math.ceil(hi) if truncate else hi, d // 2 - 1)],
-         "high is clipped to the last pair, d/2 - 1; the reference code (and so "
-         "every YaRN model) clips it to d - 1 = head_dim - 1, so the ramp may end "
-         "beyond the last pair"),
-        ([max(math.floor(lo) if truncate else lo, 0),
-          math.ceil(hi) if truncate else hi],
-         "high is not clipped: the reference code keeps it at most d - 1 = "
-         "head_dim - 1"),
-        (rounded(_index(beta_fast, d, base, original, two_pi=False),
-                 _index(beta_slow, d, base, original, two_pi=False)),
-         "the turns are counted in radians: pair i turns L theta_i / (2 pi) times "
-         "in L tokens (its wavelength is 2 pi / theta_i), so i(r) has "
-         "ln(L / (2 pi r))"),
-        (rounded(_index(beta_fast, d, base, original, half=True),
-                 _index(beta_slow, d, base, original, half=True)),
-         "the index is twice too large: theta_i = b^(-2i/d) gives "
-         "i(r) = d ln(L / (2 pi r)) / (2 ln b)"),
-        (rounded(_index(beta_fast, d, base, original, pairs=True),
-                 _index(beta_slow, d, base, original, pairs=True)),
-         "the index uses the number of pairs d/2 for d; with head_dim d, "
-         "i(r) = d ln(L / (2 pi r)) / (2 ln b)"),
-        (rounded(_index(beta_slow, d, base, original),
-                 _index(beta_fast, d, base, original)),
-         "beta_fast and beta_slow are swapped: low comes from beta_fast (the many "
-         "turns of the fast pairs, small indices), high from beta_slow"),
+        Mistake(
+            [math.floor(lo) if truncate else lo, min(math.ceil(hi) if truncate else hi,
+                                              d - 1)],
+            "low is not clipped at 0: when even pair 0 turns fewer than beta_fast "
+            "times in L, the fractional index is negative, and the range starts at 0",
+            "low-not-clipped",
+        ),
+        Mistake(
+            [max(math.floor(lo) if truncate else lo, 0),
+            min(math.ceil(hi) if truncate else hi, d // 2 - 1)],
+            "high is clipped to the last pair, d/2 - 1; the reference code (and so "
+            "every YaRN model) clips it to d - 1 = head_dim - 1, so the ramp may end "
+            "beyond the last pair",
+            "high-clipped-to-pairs",
+        ),
+        Mistake(
+            [max(math.floor(lo) if truncate else lo, 0),
+            math.ceil(hi) if truncate else hi],
+            "high is not clipped: the reference code keeps it at most d - 1 = "
+            "head_dim - 1",
+            "high-not-clipped",
+        ),
+        Mistake(
+            rounded(_index(beta_fast, d, base, original, two_pi=False),
+             _index(beta_slow, d, base, original, two_pi=False)),
+            "the turns are counted in radians: pair i turns L theta_i / (2 pi) times "
+            "in L tokens (its wavelength is 2 pi / theta_i), so i(r) has "
+            "ln(L / (2 pi r))",
+            "radians",
+        ),
+        Mistake(
+            rounded(_index(beta_fast, d, base, original, half=True),
+             _index(beta_slow, d, base, original, half=True)),
+            "the index is twice too large: theta_i = b^(-2i/d) gives "
+            "i(r) = d ln(L / (2 pi r)) / (2 ln b)",
+            "index-doubled",
+        ),
+        Mistake(
+            rounded(_index(beta_fast, d, base, original, pairs=True),
+             _index(beta_slow, d, base, original, pairs=True)),
+            "the index uses the number of pairs d/2 for d; with head_dim d, "
+            "i(r) = d ln(L / (2 pi r)) / (2 ln b)",
+            "pairs-for-d",
+        ),
+        Mistake(
+            rounded(_index(beta_slow, d, base, original),
+             _index(beta_fast, d, base, original)),
+            "beta_fast and beta_slow are swapped: low comes from beta_fast (the many "
+            "turns of the fast pairs, small indices), high from beta_slow",
+            "betas-swapped",
+        ),
     ]
     return out
 
@@ -185,9 +220,9 @@ def _check_range(yarn_correction_range: Callable, beta_fast: float, beta_slow: f
         _ref_yarn_correction_range(beta_fast, beta_slow, head_dim, base, original,
                                    truncate=truncate), dtype=torch.float64)  # (2,)
     candidates = [
-        (torch.tensor(answer, dtype=torch.float64), text)
-        for answer, text in _range_mistakes(beta_fast, beta_slow, head_dim, base,
-                                            original, truncate)
+        _replace(m, answer=torch.tensor(m.answer, dtype=torch.float64))
+        for m in _range_mistakes(beta_fast, beta_slow, head_dim, base, original,
+                                 truncate)
     ]
     mistakes = _known(expected, candidates, _RANGE_ATOL, 0.0)
     call = (f"yarn_correction_range({beta_fast!r}, {beta_slow!r}, {head_dim}, "
@@ -243,7 +278,7 @@ def grade_yarn_correction_range(yarn_correction_range: Callable) -> None:
 
 
 def _attention_mistakes(factor: float, mscale: float | None,
-                        mscale_all_dim: float | None) -> list[tuple[float, str]]:
+                        mscale_all_dim: float | None) -> list[Mistake]:
     s = factor
 
     def get(m: float = 1.0, log=math.log) -> float:
@@ -251,44 +286,74 @@ def _attention_mistakes(factor: float, mscale: float | None,
 
     plain = get()
     out = [
-        (0.1 * math.log10(s) + 1 if s > 1 else 1.0,
-         "the logarithm is log10; the paper's factor uses the natural logarithm, "
-         "0.1 ln(s) + 1"),
-        (plain**2,
-         "this is 1/t, the factor on the logits; the function returns its square "
-         "root, sqrt(1/t) = 0.1 ln(s) + 1, which multiplies the cos and sin tables "
-         "(and so reaches the logits twice)"),
-        (1 / plain,
-         "this is upside down: sqrt(1/t) = 0.1 ln(s) + 1 is above 1 for s > 1 (the "
-         "logits grow: attention gets sharper)"),
-        (0.1 * math.log(s) if s > 1 else 1.0,
-         "the + 1 is missing: sqrt(1/t) = 0.1 ln(s) + 1"),
+        Mistake(
+            0.1 * math.log10(s) + 1 if s > 1 else 1.0,
+            "the logarithm is log10; the paper's factor uses the natural logarithm, "
+            "0.1 ln(s) + 1",
+            "log10",
+        ),
+        Mistake(
+            plain**2,
+            "this is 1/t, the factor on the logits; the function returns its square "
+            "root, sqrt(1/t) = 0.1 ln(s) + 1, which multiplies the cos and sin tables "
+            "(and so reaches the logits twice)",
+            "squared",
+        ),
+        Mistake(
+            1 / plain,
+            "this is upside down: sqrt(1/t) = 0.1 ln(s) + 1 is above 1 for s > 1 (the "
+            "logits grow: attention gets sharper)",
+            "inverted",
+        ),
+        Mistake(
+            0.1 * math.log(s) if s > 1 else 1.0,
+            "the + 1 is missing: sqrt(1/t) = 0.1 ln(s) + 1",
+            "no-plus-one",
+        ),
     ]
     if s < 1:
         out.append(
-            (0.1 * math.log(s) + 1,
-             "for factor <= 1 the factor is 1: there is nothing to compensate when "
-             "the context is not extended (0.1 ln(s) + 1 would fall below 1)")
+            Mistake(
+                0.1 * math.log(s) + 1,
+                "for factor <= 1 the factor is 1: there is nothing to compensate when "
+                "the context is not extended (0.1 ln(s) + 1 would fall below 1)",
+                "below-one-not-clamped",
+            )
         )
     if mscale and not mscale_all_dim:
         out.append(
-            (get(mscale),
-             "with mscale alone (no mscale_all_dim) the factor is the plain "
-             "0.1 ln(s) + 1: Hugging Face uses the scales only when both are given")
+            Mistake(
+                get(mscale),
+                "with mscale alone (no mscale_all_dim) the factor is the plain "
+                "0.1 ln(s) + 1: Hugging Face uses the scales only when both are given",
+                "mscale-alone-used",
+            )
         )
     if mscale and mscale_all_dim:
         out += [
-            (plain,
-             "mscale and mscale_all_dim are ignored; with both given, the factor is "
-             "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)"),
-            (get(mscale_all_dim) / get(mscale),
-             "the ratio is upside down: mscale goes in the numerator, "
-             "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)"),
-            (get(mscale),
-             "mscale_all_dim is ignored: divide by 0.1 mscale_all_dim ln s + 1"),
-            (get(mscale) * get(mscale_all_dim),
-             "the two factors are multiplied; the factor is their ratio, "
-             "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)"),
+            Mistake(
+                plain,
+                "mscale and mscale_all_dim are ignored; with both given, the factor is "
+                "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)",
+                "scales-ignored",
+            ),
+            Mistake(
+                get(mscale_all_dim) / get(mscale),
+                "the ratio is upside down: mscale goes in the numerator, "
+                "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)",
+                "ratio-inverted",
+            ),
+            Mistake(
+                get(mscale),
+                "mscale_all_dim is ignored: divide by 0.1 mscale_all_dim ln s + 1",
+                "mscale-all-dim-ignored",
+            ),
+            Mistake(
+                get(mscale) * get(mscale_all_dim),
+                "the two factors are multiplied; the factor is their ratio, "
+                "(0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1)",
+                "factors-multiplied",
+            ),
         ]
     return out
 
@@ -360,7 +425,7 @@ def _theta(head_dim: int, base: float, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _band_mistakes(inv_freq: torch.Tensor, factor: float, original: int,
-                   alpha: float, beta: float) -> list[tuple[torch.Tensor, str]]:
+                   alpha: float, beta: float) -> list[Mistake]:
     theta = inv_freq.double()  # (n_pairs,)
     wl = 2 * math.pi / theta  # (n_pairs,)
     s, L = factor, original
@@ -373,32 +438,60 @@ def _band_mistakes(inv_freq: torch.Tensor, factor: float, original: int,
     blend = (1 - mu) * theta / s + mu * theta
     mu_no_2pi = (L * theta - alpha) / (beta - alpha)
     return [
-        (bands(theta, theta, theta / s, blend),
-         "the bands are drawn on the frequency theta; they are drawn on the "
-         "wavelength lambda = 2 pi / theta: kept where lambda < L/beta, interpolated "
-         "where lambda > L/alpha"),
-        (bands(1 / theta, theta, theta / s,
-               (1 - mu_no_2pi) * theta / s + mu_no_2pi * theta),
-         "the wavelength is 1/theta; a pair turns once every lambda = 2 pi / theta "
-         "positions"),
-        (bands(wl, theta / s, theta, (1 - mu) * theta + mu * theta / s),
-         "the bands are swapped: short wavelengths (the fast pairs, many turns in L) "
-         "are kept and long wavelengths are interpolated by s"),
-        (bands(wl, theta, theta / s, (1 - mu) * theta + mu * theta / s),
-         "the blend in the medium band is reversed: mu = (L/lambda - alpha)/(beta - "
-         "alpha) weighs the kept theta, (1 - mu) the interpolated theta/s"),
-        (bands(wl, theta, theta / s, theta),
-         "the medium band is kept unchanged; between L/beta and L/alpha the "
-         "frequencies are blended, (1 - mu) theta/s + mu theta"),
-        (bands(wl, theta, theta / s, theta / s),
-         "the medium band is interpolated by s; between L/beta and L/alpha the "
-         "frequencies are blended, (1 - mu) theta/s + mu theta"),
-        (bands(wl, theta, theta * s, (1 - mu) * theta * s + mu * theta),
-         "the long wavelengths are multiplied by s; interpolation slows a pair down: "
-         "theta / s"),
-        (theta / s,
-         "every pair is divided by s: that is position interpolation; Llama 3.1 keeps "
-         "the pairs with wavelength below L/beta"),
+        Mistake(
+            bands(theta, theta, theta / s, blend),
+            "the bands are drawn on the frequency theta; they are drawn on the "
+            "wavelength lambda = 2 pi / theta: kept where lambda < L/beta, "
+            "interpolated "
+            "where lambda > L/alpha",
+            "bands-on-frequency",
+        ),
+        Mistake(
+            bands(1 / theta, theta, theta / s,
+            (1 - mu_no_2pi) * theta / s + mu_no_2pi * theta),
+            "the wavelength is 1/theta; a pair turns once every lambda = 2 pi / theta "
+            "positions",
+            "wavelength-one-over-theta",
+        ),
+        Mistake(
+            bands(wl, theta / s, theta, (1 - mu) * theta + mu * theta / s),
+            "the bands are swapped: short wavelengths (the fast pairs, many turns in "
+            "L) "
+            "are kept and long wavelengths are interpolated by s",
+            "bands-swapped",
+        ),
+        Mistake(
+            bands(wl, theta, theta / s, (1 - mu) * theta + mu * theta / s),
+            "the blend in the medium band is reversed: mu = (L/lambda - alpha)/(beta - "
+            "alpha) weighs the kept theta, (1 - mu) the interpolated theta/s",
+            "blend-reversed",
+        ),
+        Mistake(
+            bands(wl, theta, theta / s, theta),
+            "the medium band is kept unchanged; between L/beta and L/alpha the "
+            "frequencies are blended, (1 - mu) theta/s + mu theta",
+            "medium-kept",
+        ),
+        Mistake(
+            bands(wl, theta, theta / s, theta / s),
+            "the medium band is interpolated by s; between L/beta and L/alpha the "
+            "frequencies are blended, (1 - mu) theta/s + mu theta",
+            "medium-interpolated",
+        ),
+        Mistake(
+            bands(wl, theta, theta * s, (1 - mu) * theta * s + mu * theta),
+            "the long wavelengths are multiplied by s; interpolation slows a pair "
+            "down: "
+            "theta / s",
+            "multiplied-by-s",
+        ),
+        Mistake(
+            theta / s,
+            "every pair is divided by s: that is position interpolation; Llama 3.1 "
+            "keeps "
+            "the pairs with wavelength below L/beta",
+            "all-divided",
+        ),
     ]
 
 
