@@ -379,6 +379,19 @@ def test_a_wrong_value_has_no_cause_and_a_short_preview() -> None:
     assert exc is not None and exc.answer == "3.25" and exc.mistake is None
 
 
+def test_a_value_judged_by_its_properties_has_a_preview() -> None:
+    """ex02 and ex05 explain a wrong table by the property it breaks (bounded, a
+    zero diagonal): those failures show the answer too."""
+    exc = _judge(g05.check_alibi_bias, (lambda n, seq: -torch.ones(n, seq, seq),))
+    assert exc is not None and "should be 0" in str(exc) and exc.mistake is None
+    assert exc.answer == (
+        "tensor of shape (4, 5, 5), float32: -1, -1, -1, -1, -1, -1, ..."
+    )
+    exc = _judge(g02.check_sinusoidal_encoding, (lambda n, d: 2 * torch.ones(n, d),))
+    assert exc is not None and "lies in [-1, 1]" in str(exc) and exc.mistake is None
+    assert exc.answer == "tensor of shape (6, 4), float32: 2, 2, 2, 2, 2, 2, ..."
+
+
 def test_a_preview_is_short_and_runs_no_student_code() -> None:
     big = torch.randn(64, 64, 64, generator=torch.Generator().manual_seed(0))
     text = preview(big)

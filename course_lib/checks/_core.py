@@ -53,6 +53,7 @@ course_lib._load_all()
 __all__ = [
     "CheckFailed",
     "Mistake",
+    "answer_shown",
     "call_student",
     "deferred_grade",
     "expect_close",
@@ -151,6 +152,19 @@ def preview(value: Any) -> str:
     except Exception:  # noqa: BLE001 - an odd tensor: say what it is at least
         text = type(value).__name__
     return text if len(text) <= _PREVIEW_MAX else text[: _PREVIEW_MAX - 3] + "..."
+
+
+@contextlib.contextmanager
+def answer_shown(got: Any) -> Iterator[None]:
+    """A failure raised inside this block judged the wrong value ``got``: it gets
+    ``got``'s preview as ``exc.answer`` (unless it has one), as the failures of
+    :func:`expect_close` do (for a grader's own checks of a value's properties)."""
+    try:
+        yield
+    except CheckFailed as exc:
+        if exc.answer is None:
+            exc.answer = preview(got)
+        raise
 
 
 def _preview(value: Any) -> str:
@@ -552,12 +566,8 @@ def expect_close(
     dtype is told just that. Every failure carries a preview of ``got``
     (``exc.answer``).
     """
-    try:
+    with answer_shown(got):
         _expect_close(got, expected, what, atol, rtol, mistakes, dtype, dtype_reason)
-    except CheckFailed as exc:
-        if exc.answer is None:
-            exc.answer = preview(got)
-        raise
 
 
 def _expect_close(
@@ -657,12 +667,8 @@ def expect_scalar(
     """Compare a number (Python float or 0-d tensor) with the expected value;
     ``mistakes`` are known wrong numbers (``Mistake(value, explanation, slug)``).
     Every failure carries a preview of ``got`` (``exc.answer``)."""
-    try:
+    with answer_shown(got):
         _expect_scalar(got, expected, what, atol, mistakes)
-    except CheckFailed as exc:
-        if exc.answer is None:
-            exc.answer = preview(got)
-        raise
 
 
 def _expect_scalar(
