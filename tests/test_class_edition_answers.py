@@ -9,8 +9,9 @@ edition has it and watches what its cells compute:
 1. The chapter's class-edition notebook is built as ``course publish`` builds it
    (:func:`course_lib.grading.editions.launch.chapter_notebook` with
    ``class_edition=True``: the ``{only} not class_edition`` blocks removed); its code
-   cells run in a fresh IPython shell in a subprocess, with the chapter's folder as
-   working directory.
+   cells run in a fresh IPython shell in a process of its own (forked from one that
+   has loaded the library and computed the answers, :func:`serve`), with the
+   chapter's folder as working directory.
 2. The answers: every graded function's reference (the function its hidden grader is
    planned with, :func:`course_lib.grading.editions.library._plan_reference`) on the
    inputs of its public check and hidden grade, and on the inputs the chapter itself
@@ -208,8 +209,24 @@ _KEEPS_VALUES = frozenset(
 )
 
 
-def run_chapter(md_path: Path) -> list[dict]:
-    """Run the class edition of the chapter at ``md_path``; the leaks found."""
+def _prepare() -> list[tuple[str, object]]:
+    """The library loaded and the graders' answers that say something: what every
+    chapter's run starts from (:func:`serve` computes it once, then forks)."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import IPython.core.interactiveshell  # noqa: F401 - loaded before a fork
+    import torch.overrides  # noqa: F401
+
+    import course_lib
+    import course_lib.grading.editions.launch  # noqa: F401
+
+    course_lib._load_all()
+    return [(label, a) for label, a in _answers_from_graders()
+            if not _says_nothing(a)]
+
+
+def run_chapter(md_path: Path, answers: list | None = None) -> list[dict]:
+    """Run the class edition of the chapter at ``md_path``; the leaks found.
+    ``answers``: :func:`_prepare`'s, computed in this process (a fork of it)."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     import contextlib
     import functools
@@ -229,9 +246,7 @@ def run_chapter(md_path: Path) -> list[dict]:
         read_settings,
     )
 
-    course_lib._load_all()
-    answers = [(label, a) for label, a in _answers_from_graders()
-               if not _says_nothing(a)]
+    answers = list(_prepare() if answers is None else answers)
     graded = {id(fn) for fn in _counterparts().values()}
     library_dir = str(Path(course_lib.__file__).resolve().parent)
     # What the library's functions returned to the chapter, and its copies, views
@@ -345,18 +360,92 @@ def run_chapter(md_path: Path) -> list[dict]:
     return findings
 
 
-def check_chapter(md_path: Path) -> list[dict]:
-    """:func:`run_chapter` in a fresh Python (the library is patched there)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "findings.json"
+def serve() -> None:
+    """Run chapters one after another, each in a fork of this process.
+
+    This process loads the library and computes the graders' answers once
+    (:func:`_prepare`, seconds: ex10's grader trains a model); each chapter then runs
+    in a child forked from it, so that it starts exactly where a fresh process that
+    had just done the same would start (the library unpatched, no chapter run
+    before it), and what it patches or leaves behind dies with it. Requests on
+    stdin, one per line: ``CHAPTER.md<TAB>FINDINGS.json<TAB>STDERR.log``; the
+    answer on stdout: the child's exit status (a child that runs past ``TIMEOUT``
+    is ended by SIGALRM)."""
+    import signal
+
+    import torch
+
+    torch.set_num_threads(1)  # no OpenMP pool across the fork
+    answers = _prepare()
+    for line in sys.stdin:
+        md, out, err = line.rstrip("\n").split("\t")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: one chapter
+            status = 1
+            try:
+                fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                signal.alarm(TIMEOUT)
+                found = run_chapter(Path(md), answers)
+                Path(out).write_text(json.dumps(found))
+                status = 0
+            except BaseException:  # noqa: BLE001 - reported through the log
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), flush=True)
+
+
+class ChapterRunner:
+    """A :func:`serve` process of this file (one per test module)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.log = (tmp / "serve.log").open("w")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg",
                "PYTHONPATH": str(ROOT)}
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), str(md_path), str(out)],
-            capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=ROOT,
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            text=True, env=env, cwd=ROOT,
         )
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        self.n = 0
+
+    def check(self, md_path: Path) -> list[dict]:
+        """:func:`run_chapter` on ``md_path`` in a fork of the server."""
+        import select
+
+        self.n += 1
+        out = self.tmp / f"findings-{self.n}.json"
+        err = self.tmp / f"chapter-{self.n}.log"
+        self.proc.stdin.write(f"{md_path}\t{out}\t{err}\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], 2 * TIMEOUT)
+        answer = self.proc.stdout.readline() if ready else ""
+        log = err.read_text()[-4000:] if err.is_file() else ""
+        if not answer:
+            self.log.flush()
+            raise AssertionError("the chapter server stopped or hung:\n"
+                                 + (self.tmp / "serve.log").read_text()[-4000:] + log)
+        assert int(answer) == 0, log
         return json.loads(out.read_text())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
 
 
 def describe(name: str, findings: list[dict]) -> str:
@@ -404,24 +493,38 @@ assert torch.allclose(by_rule, library)
 """
 
 
-def test_an_inline_answer_is_found_and_a_library_call_is_not(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = ChapterRunner(tmp_path_factory.mktemp("class-edition"))
+    yield r
+    r.close()
+
+
+def test_an_inline_answer_is_found_and_a_library_call_is_not(
+    tmp_path: Path, runner: ChapterRunner
+) -> None:
     """The detector itself: ALiBi's slopes for 6 heads by the paper's rule, inline,
     are a leak; the same numbers from ``cl.alibi_slopes`` are not."""
     chapter = tmp_path / "book" / "99-leaky.md"
     chapter.parent.mkdir()
     chapter.write_text(LEAKY)
-    findings = check_chapter(chapter)
+    findings = runner.check(chapter)
     assert [f["variable"] for f in findings] == ["by_rule"], describe("99", findings)
     assert "alibi_slopes" in findings[0]["equals"]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_class_edition_computes_no_graded_answer(chapter: str) -> None:
-    findings = check_chapter(BOOK / chapter)
+def test_class_edition_computes_no_graded_answer(
+    chapter: str, runner: ChapterRunner
+) -> None:
+    findings = runner.check(BOOK / chapter)
     assert not findings, describe(chapter, findings)
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        serve()
+        sys.exit(0)
     md = Path(sys.argv[1]).resolve()
     found = run_chapter(md)
     if len(sys.argv) > 2:
