@@ -54,6 +54,7 @@ from .gradebook import (
     record_ungradable,
     stamp_alembic_version,
     submission_scores,
+    write_judgements,
     write_status,
 )
 from .kernels.guard import owned_tempdir
@@ -574,6 +575,12 @@ class _Merger:
         if out.get("log"):
             (self.log_dir / f"{job.student}.log").write_text(out["log"])
         self._store(job, status, out)
+        write_judgements(
+            self.gb,
+            self.plan.assignment,
+            job.student,
+            list(out.get("judgements") or []) if status == "graded" else [],
+        )
         score, max_score = submission_scores(self.gb, self.plan.assignment, job.student)
         outcome = Outcome(
             job.student,

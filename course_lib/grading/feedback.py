@@ -10,6 +10,11 @@ feedback through nbgrader's ``release_feedback``.
 A submission whose accidents were repaired before grading (a pasted or moved cell,
 lost metadata: :mod:`course_lib.grading.notebooks.repair`) carries the list of repairs
 as the first cell of its autograded notebook, so nbgrader's page shows it at the top.
+
+Under each failed test, :class:`MistakeNotes` adds what the grading tool judged
+(:class:`~course_lib.grading.notebooks.integrity.Judgement`): the known mistake by
+name, and where the book teaches the function (:mod:`course_lib.checks.sections`):
+the section on the book's web page, and the chapter notebook's launch links.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from nbconvert.preprocessors import Preprocessor
+from nbformat.v4 import new_output
+from traitlets import Bool, Unicode
+
 from .course import Course
 from .errors import CourseError
 from .gradebook import read_status
+from .notebooks.integrity import Judgement, judged_cells
 from .notebooks.repair import notes_from_notebook
 
-__all__ = ["FeedbackResult", "feedback"]
+__all__ = ["FeedbackResult", "MistakeNotes", "feedback", "teaching_links"]
 
 
 @dataclass
@@ -49,6 +59,95 @@ and ask your instructor about resubmitting.</p>
 """
 
 
+# Judgements that point the student back to the chapter (a time limit or tampering
+# is about the run, not the step the function implements).
+_TEACHABLE = {
+    "mistake",
+    "unrecognised",
+    "not-attempted",
+    "raised",
+    "calls-library",
+    "changed-input",
+}
+
+
+def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
+    """Where the book teaches ``function``: the section's name ("Chapter 5, section
+    "The bias"") and ``(text, url)`` links: the book page at the section, then the
+    chapter notebook on each launch service (:mod:`~.editions.launch`; a class with
+    a student repository gets its own). No links without a ``_config.yml`` in
+    ``root``; no section for a function the table does not know."""
+    from course_lib.checks.sections import section_of
+
+    from .editions.launch import (
+        book_page_url,
+        chapter_notebook_path,
+        class_settings,
+        launch_urls,
+        read_settings,
+    )
+
+    section = section_of(function)
+    if section is None:
+        return "", []
+    number = section.page.rsplit("/", 1)[-1].split("-", 1)[0]
+    name = f'Chapter {int(number)}, section "{section.title}"'
+    settings = read_settings(root)
+    if settings is None:
+        return name, []
+    settings = class_settings(settings) or settings
+    links = [("the book", book_page_url(settings, section.page, section.label))]
+    urls = launch_urls(settings, chapter_notebook_path(section.page))
+    return name, links + sorted(urls.items())
+
+
+class MistakeNotes(Preprocessor):
+    """Adds, under each failed test cell of a feedback page, the grading tool's
+    judgement: the known mistake by name and where the book teaches the step."""
+
+    course_root = Unicode("", help="the course folder (its _config.yml)").tag(
+        config=True
+    )
+    # nbconvert runs a registered preprocessor only when enabled (nbgrader's own
+    # preprocessors default to True)
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        for cell, judged in judged_cells(nb):
+            if judged.kind in _TEACHABLE:
+                cell.outputs.append(self._note(judged))
+        return nb, resources
+
+    def _note(self, judged: Judgement):
+        """The note as plain text and as HTML: a list, since the feedback page is
+        sanitised (``HTMLExporter.sanitize_html``) to the tags bleach allows, which
+        have no paragraph."""
+        name, links = teaching_links(self.course_root, judged.function)
+        plain, rich = [], []
+        if judged.kind == "mistake":
+            plain.append(f"Known mistake {judged.mistake}: {judged.explanation}")
+            rich.append(
+                f"<strong>Known mistake</strong> <code>{html.escape(judged.mistake)}"
+                f"</code>: {html.escape(judged.explanation)}"
+            )
+        if name:
+            where = ", ".join(f"{text}: {url}" for text, url in links)
+            plain.append(f"Read again: {name}" + (f" ({where})" if where else ""))
+            anchors = " · ".join(
+                f'<a href="{html.escape(url)}">{html.escape(text)}</a>'
+                for text, url in links
+            )
+            rich.append(
+                f"Read again: {html.escape(name)}"
+                + (f" — {anchors}" if anchors else "")
+            )
+        items = "".join(f"<li>{item}</li>" for item in rich)
+        return new_output(
+            "display_data",
+            data={"text/plain": "\n".join(plain), "text/html": f"<ul>{items}</ul>"},
+        )
+
+
 def feedback(course: Course, assignment: str) -> FeedbackResult:
     """Generate the feedback of every submission of ``assignment``."""
     with course.gradebook(create=False, assignment=assignment) as gb:
@@ -62,7 +161,17 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
         if p.is_dir()
     )
     if graded:
-        outcome = course.api().generate_feedback(assignment, force=True)
+        from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+        from nbgrader.preprocessors import GetGrades
+
+        config = course.config.copy()
+        config.GenerateFeedback.preprocessors = [
+            GetGrades,
+            MistakeNotes,
+            CSSHTMLHeaderPreprocessor,
+        ]
+        config.MistakeNotes.course_root = str(course.root)
+        outcome = course.api(config).generate_feedback(assignment, force=True)
         if not outcome.get("success"):
             detail = (outcome.get("log") or "") + (outcome.get("error") or "")
             raise CourseError(f"nbgrader generate_feedback failed:\n{detail.strip()}")

@@ -453,10 +453,14 @@ def _graded(spec: WorkerSpec, job: Job, private: Path, config) -> dict[str, Any]
 
     graded = private / "autograded" / job.student / spec.assignment
     failures: dict[str, str] = {}
+    judged: list[dict[str, str]] = []
     for nb in spec.notebooks:
         path = graded / f"{nb}.ipynb"
         if path.exists():
             failures.update(_cell_failures(path, spec.cell_timeout))
+            judged += [
+                {"notebook": nb, **j.to_json()} for j in _judgements(path, failures)
+            ]
     with Gradebook(config.CourseDirectory.db_url, spec.course_id) as gb:
         grades = read_submission(gb, spec.assignment, job.student)
     # graded: now the outputs the student's code made are reduced to inert types
@@ -472,9 +476,22 @@ def _graded(spec: WorkerSpec, job: Job, private: Path, config) -> dict[str, Any]
         status="graded",
         grades=grades,
         failures=failures,
+        judgements=judged,
         autograded=str(graded),
         reason="; ".join(timed_out),
     )
+
+
+def _judgements(notebook_path: Path, failures: dict[str, str]):
+    """Why each failed test cell of a graded notebook failed (the judgements
+    :class:`~course_lib.grading.notebooks.integrity.VerifiedExecute` wrote), for the
+    cells that lost their points."""
+    import nbformat
+
+    from .notebooks.integrity import judgements
+
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    return [j for j in judgements(nb) if j.grade_id in failures]
 
 
 def _make_safe(path: Path) -> None:

@@ -11,6 +11,10 @@
 * A table of our own, ``course_autograde_status``, in the same database records for
   every submission whether it was graded, why not, its fingerprint (so a re-run skips
   unchanged work) and its wall time.
+* Another, ``course_judgements``, records why each failed test cell failed (the known
+  mistake that matched, or ``unrecognised`` with an example, ...): what the grading
+  tool judged outside the student's kernel
+  (:class:`~course_lib.grading.notebooks.integrity.Judgement`), for ``course report``.
 """
 
 from __future__ import annotations
@@ -24,15 +28,18 @@ from typing import Any
 import sqlalchemy as sa
 
 __all__ = [
+    "JUDGEMENT_TABLE",
     "STATUS_TABLE",
     "stamp_alembic_version",
     "StatusRow",
     "copy_assignment",
     "merge_submission",
+    "read_judgements",
     "read_status",
     "late_policy_parts",
     "read_submission",
     "record_ungradable",
+    "write_judgements",
     "write_status",
 ]
 
@@ -60,6 +67,31 @@ _status = sa.Table(
 )
 
 
+JUDGEMENT_TABLE = "course_judgements"
+_judgements = sa.Table(
+    JUDGEMENT_TABLE,
+    _metadata,
+    sa.Column("assignment", sa.String(128), primary_key=True),
+    sa.Column("student", sa.String(128), primary_key=True),
+    sa.Column("notebook", sa.String(128), primary_key=True),
+    sa.Column("grade_id", sa.String(128), primary_key=True),
+    sa.Column("function", sa.String(128), nullable=False, default=""),
+    sa.Column("kind", sa.String(32), nullable=False, default=""),
+    sa.Column("mistake", sa.String(256), nullable=False, default=""),
+    sa.Column("explanation", sa.Text, nullable=False, default=""),
+    sa.Column("example", sa.Text, nullable=False, default=""),
+)
+_JUDGEMENT_FIELDS = (
+    "notebook",
+    "grade_id",
+    "function",
+    "kind",
+    "mistake",
+    "explanation",
+    "example",
+)
+
+
 @dataclass
 class StatusRow:
     """One submission's outcome in ``course_autograde_status``.
@@ -81,13 +113,13 @@ class StatusRow:
     graded_at: str = ""
 
 
-def _ensure_status_table(gb) -> None:
+def _ensure_tables(gb) -> None:
     _metadata.create_all(gb.engine, checkfirst=True)
 
 
 def read_status(gb, assignment: str) -> dict[str, StatusRow]:
     """student -> :class:`StatusRow` for every recorded submission of ``assignment``."""
-    _ensure_status_table(gb)
+    _ensure_tables(gb)
     rows = gb.db.execute(
         sa.select(_status).where(_status.c.assignment == assignment)
     ).mappings()
@@ -102,7 +134,7 @@ def read_status(gb, assignment: str) -> dict[str, StatusRow]:
 
 def write_status(gb, row: StatusRow) -> None:
     """Insert or replace one submission's status row."""
-    _ensure_status_table(gb)
+    _ensure_tables(gb)
     values = dict(row.__dict__)
     values["failures"] = json.dumps(row.failures, sort_keys=True)
     values["graded_at"] = row.graded_at or dt.datetime.now(dt.UTC).isoformat(
@@ -116,6 +148,43 @@ def write_status(gb, row: StatusRow) -> None:
     )
     gb.db.execute(_status.insert().values(**values))
     gb.db.commit()
+
+
+def write_judgements(
+    gb, assignment: str, student: str, rows: list[dict[str, str]]
+) -> None:
+    """Replace the judgements of one submission (``rows``: the keys of
+    :data:`_JUDGEMENT_FIELDS`; none for a submission that passed everything or
+    could not be graded)."""
+    _ensure_tables(gb)
+    gb.db.execute(
+        _judgements.delete().where(
+            (_judgements.c.assignment == assignment)
+            & (_judgements.c.student == student)
+        )
+    )
+    for row in rows:
+        values = {f: str(row.get(f) or "") for f in _JUDGEMENT_FIELDS}
+        gb.db.execute(
+            _judgements.insert().values(
+                assignment=assignment, student=student, **values
+            )
+        )
+    gb.db.commit()
+
+
+def read_judgements(gb, assignment: str) -> list[dict[str, str]]:
+    """Every recorded judgement of ``assignment``: dicts with ``student`` and the
+    keys of :data:`_JUDGEMENT_FIELDS`, by student, notebook and cell."""
+    _ensure_tables(gb)
+    rows = gb.db.execute(
+        sa.select(_judgements)
+        .where(_judgements.c.assignment == assignment)
+        .order_by(_judgements.c.student, _judgements.c.notebook, _judgements.c.grade_id)
+    ).mappings()
+    out = [{k: v for k, v in dict(r).items() if k != "assignment"} for r in rows]
+    gb.db.commit()
+    return out
 
 
 def stamp_alembic_version(path, gb) -> None:

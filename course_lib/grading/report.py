@@ -16,7 +16,10 @@ Writes into ``reports/<assignment>/`` (or another folder):
   the share of the graded submissions that earned its full points, and how many
   still need a manual grade;
 * ``histogram.png``: the distribution of total scores, submissions still awaiting a
-  manual grade as a separate, hatched bar segment.
+  manual grade as a separate, hatched bar segment;
+* ``mistakes.csv`` and ``mistakes.png``: why each failed test failed, as the graders
+  judged it outside the students' kernels: the known mistakes, counted over the class
+  (:mod:`course_lib.grading.mistakes`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from pathlib import Path
 
 from .course import Course
 from .grade import time_out_seconds
-from .gradebook import read_status
+from .gradebook import read_judgements, read_status
+from .mistakes import (
+    MistakeCount,
+    class_mistakes,
+    format_mistakes,
+    mistakes_chart,
+    write_mistakes_csv,
+)
 
 __all__ = ["GradeReport", "report"]
 
@@ -41,6 +51,7 @@ class GradeReport:
     rows: list[dict[str, object]]
     pass_rates: list[dict[str, object]]
     ungradable: list[tuple[str, str]]
+    mistakes: list[MistakeCount] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
 
 
@@ -79,6 +90,7 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
         duedate = a.duedate.isoformat(sep=" ") if a.duedate else ""
         cells = _cell_order(gb, assignment)
         status = read_status(gb, assignment)
+        judged = read_judgements(gb, assignment)
         collected = course.submissions(assignment)
         rows = [
             _finish(
@@ -95,7 +107,10 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
         if r["status"] == "ungradable"
     ]
     pass_rates = _pass_rates(cells, submitted)
-    result = GradeReport(assignment, max_score, rows, pass_rates, ungradable)
+    graded = sum(r["status"] == "graded" for r in rows)
+    functions = list(dict.fromkeys(n.rsplit("__", 1)[0] for _, n, _ in cells))
+    mistakes = class_mistakes(judged, graded, functions)
+    result = GradeReport(assignment, max_score, rows, pass_rates, ungradable, mistakes)
     out = Path(out_dir) if out_dir else course.root / "reports" / assignment
     out.mkdir(parents=True, exist_ok=True)
     result.files["grades"] = _write_csv(
@@ -112,6 +127,10 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
         [float(r["score"]) for r in submitted if r["needs_manual_grade"]],
         max_score,
         assignment,
+    )
+    result.files["mistakes"] = write_mistakes_csv(out / "mistakes.csv", judged)
+    result.files["mistakes_chart"] = mistakes_chart(
+        out / "mistakes.png", mistakes, assignment
     )
     return result
 
@@ -297,6 +316,9 @@ def format_report(result: GradeReport) -> str:
             + (f"{manual} {NEEDS_MANUAL}" if manual else "")
         )
         lines.append(line.rstrip())
+    graded = sum(r["status"] == "graded" for r in result.rows)
+    if result.mistakes:
+        lines += ["", *format_mistakes(result.mistakes, graded)]
     late = [r for r in submitted if float(r["seconds_late"]) > 0]  # type: ignore[arg-type]
     if late:
         lines += ["", "Late (nbgrader's late-submission penalty applied):"]

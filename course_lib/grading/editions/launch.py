@@ -58,6 +58,7 @@ __all__ = [
     "SETUP_CELL_TEMPLATE",
     "SETUP_TAG",
     "LaunchSettings",
+    "book_page_url",
     "chapter_notebook",
     "chapter_pages",
     "insert_setup_cell",
@@ -113,6 +114,7 @@ class LaunchSettings:
     student_branch: str = "main"
     notebook_interface: str = "jupyterlab"
     student_package: str = ""  # launch_buttons.student_package as written ("" = unset)
+    book_url: str = ""  # html.baseurl: where the book is published ("" = GitHub Pages)
 
     @property
     def github(self) -> tuple[str, str]:
@@ -135,6 +137,7 @@ def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
     """:class:`LaunchSettings` from the parsed ``_config.yml``."""
     repo = config.get("repository") or {}
     launch = config.get("launch_buttons") or {}
+    html = config.get("html") or {}
     url = str(repo.get("url") or "").rstrip("/")
     if not url:
         raise LaunchSettingsError(f"{CONFIG_FILE} has no repository.url")
@@ -153,6 +156,7 @@ def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
         student_branch=str(launch.get("student_branch") or "main"),
         notebook_interface=str(launch.get("notebook_interface") or "jupyterlab"),
         student_package=str(launch.get("student_package") or "").strip(),
+        book_url=str(html.get("baseurl") or "").strip(),
     )
     settings.github  # noqa: B018  (fails early on a malformed repository URL)
     if settings.jupyterhub_url and not settings.student_repository:
@@ -420,6 +424,18 @@ def stale_chapter_notebooks(root: str | Path) -> list[str]:
 _UI_PREFIX = {"classic": "tree", "jupyterlab": "lab/tree"}
 
 
+def book_page_url(settings: LaunchSettings, page: str, label: str = "") -> str:
+    """The web address of a book page (``book/05-alibi``), at the section of a MyST
+    label if given: under ``html.baseurl`` of ``_config.yml``, else where GitHub
+    Pages publishes the repository's book (``.github/workflows/pages.yml``):
+    ``https://ORG.github.io/REPO/``."""
+    base = settings.book_url
+    if not base:
+        org, repo = settings.github
+        base = f"https://{org.lower()}.github.io/{repo}/"
+    return f"{base.rstrip('/')}/{page}.html" + (f"#{label}" if label else "")
+
+
 def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
     """Button text -> URL that opens the repository file ``path`` (an ``.ipynb``) on
     each configured service. JupyterHub pulls the student repository (nbgitpuller)
@@ -487,10 +503,14 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
                 target = Path(app.outdir) / "_sources" / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if class_edition:
-                    target.write_text(chapter_notebook(
-                        app.srcdir, pagename, settings or app.env.course_open_settings,
-                        class_edition=True,
-                    ))
+                    target.write_text(
+                        chapter_notebook(
+                            app.srcdir,
+                            pagename,
+                            settings or app.env.course_open_settings,
+                            class_edition=True,
+                        )
+                    )
                 else:
                     shutil.copyfile(Path(app.srcdir) / rel, target)
                 depth = pagename.count("/")

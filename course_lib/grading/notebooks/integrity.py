@@ -19,7 +19,14 @@ it. It differs in four ways:
   run one wait, not one per cell that calls it;
 * a cell's output is cut after :attr:`VerifiedExecute.max_cell_output` bytes (and a
   notebook's after :attr:`VerifiedExecute.max_notebook_output`): a submission that
-  prints megabytes cannot bloat the gradebook, the feedback or the grader's memory.
+  prints megabytes cannot bloat the gradebook, the feedback or the grader's memory;
+* every failed test cell gets a *judgement* (:data:`JUDGEMENT_KEY` in its metadata,
+  read back by :func:`judgements`): the function it checks and why it failed, from
+  the replay in this process: the known mistake that matched (``alibi_bias:bloom-form``
+  and its explanation), else ``unrecognised`` with the wrong answer as an example, or
+  what happened instead (the stub, an exception, a time limit, tampering). The key is
+  removed from every test cell before it runs and written only here, so nothing the
+  notebook prints or stores can name a mistake.
 """
 
 from __future__ import annotations
@@ -46,10 +53,14 @@ from ..kernels.execute import GradingExecute
 
 __all__ = [
     "HUNG_BEFORE",
+    "JUDGEMENT_KEY",
     "GraderCall",
+    "Judgement",
     "VerifiedExecute",
     "autograde_preprocessors",
     "grader_calls",
+    "judged_cells",
+    "judgements",
     "pristine_graders",
 ]
 
@@ -64,6 +75,70 @@ _RECORD = "course_lib.checks._record"
 HUNG_BEFORE = "TimeLimitEarlier"
 # Errors after which the kernel may still be busy with the cell.
 _BUSY = {"CellTimeoutError", "DeadKernelError", "UnresponsiveKernelError"}
+# The cell metadata key of a failed test cell's judgement (see :class:`Judgement`).
+JUDGEMENT_KEY = "course_judgement"
+# Why a check failed when it is not a wrong value (CheckFailed.cause, set by
+# course_lib.checks._core), and the kinds this module adds.
+_CAUSES = {"not-attempted", "raised", "calls-library", "changed-input", "time-limit"}
+_MAX_EXAMPLE = 300
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Why one test cell failed, as judged outside the kernel.
+
+    ``kind`` is ``"mistake"`` (a known mistake matched: ``mistake`` is its id,
+    ``"<function>:<slug>"``, and ``explanation`` its text), ``"unrecognised"`` (a
+    wrong answer that matches no known mistake; ``example`` shows it), or what
+    happened instead of an answer: ``"not-attempted"`` (the stub), ``"raised"`` (the
+    function raised; ``example`` is the message), ``"calls-library"``,
+    ``"changed-input"``, ``"time-limit"`` or ``"tampering"``.
+    """
+
+    grade_id: str
+    function: str
+    kind: str
+    mistake: str = ""
+    explanation: str = ""
+    example: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Judgement | None:
+        if not isinstance(data, dict):
+            return None
+        fields = ("grade_id", "function", "kind", "mistake", "explanation", "example")
+        return cls(**{f: str(data.get(f) or "") for f in fields})
+
+
+def _function_of(grader: str) -> str:
+    return grader.removeprefix("check_").removeprefix("grade_")
+
+
+def _first_line(text: str) -> str:
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line[:_MAX_EXAMPLE]
+
+
+def judged_cells(notebook: NotebookNode) -> list[tuple[NotebookNode, Judgement]]:
+    """``(cell, judgement)`` for every test cell of a graded notebook that
+    :class:`VerifiedExecute` judged, in cell order. Only test cells are read: the key
+    is cleared on each of them before it runs, so what a student puts in their
+    metadata never counts."""
+    out = []
+    for cell in notebook.cells:
+        if _is_test_cell(cell):
+            judged = Judgement.from_json(cell.get("metadata", {}).get(JUDGEMENT_KEY))
+            if judged is not None and judged.kind:
+                out.append((cell, judged))
+    return out
+
+
+def judgements(notebook: NotebookNode) -> list[Judgement]:
+    """The judgements of a graded notebook's test cells (:func:`judged_cells`)."""
+    return [judged for _, judged in judged_cells(notebook)]
 
 
 def pristine_graders() -> dict[str, dict[str, Callable]]:
@@ -236,17 +311,24 @@ class VerifiedExecute(GradingExecute):
     # ------------------------------------------------------- verified test cells
 
     def preprocess_cell(self, cell, resources, index):
-        if _is_test_cell(cell) and self._skip_hung(cell):
-            return cell, resources
+        test = _is_test_cell(cell)
+        if test:
+            # only this class writes a judgement: whatever the notebook brought goes
+            cell.setdefault("metadata", {}).pop(JUDGEMENT_KEY, None)
+            if self._skip_hung(cell):
+                self._write_judgement(cell, None, None)
+                return cell, resources
         cell, resources = super().preprocess_cell(cell, resources, index)
-        if _is_test_cell(cell):
+        if test:
             calls = grader_calls(cell.source, self._graders, self._imported)
             self._note_hung(cell, calls)
+            judged = None
             if calls is not None:
                 start = time.perf_counter()
-                self._verify(cell, calls)
+                judged = self._verify(cell, calls)
                 self._verified += 1
                 self._verify_seconds += time.perf_counter() - start
+            self._write_judgement(cell, calls, judged)
         elif cell.get("cell_type") == "code":
             # Imports in any cell tell which module a grader name comes from.
             grader_calls(cell.source, self._graders, self._imported)
@@ -300,19 +382,21 @@ class VerifiedExecute(GradingExecute):
         cell.execution_count = None
         return True
 
-    def _verify(self, cell: NotebookNode, calls: list[GraderCall]) -> None:
+    def _verify(self, cell: NotebookNode, calls: list[GraderCall]) -> Judgement | None:
+        """Replace the cell's outputs by the verdict of the replay (see the module
+        docstring); the judgement of a failed cell when the replay gives one."""
         errors = [
             o.get("ename", "")
             for o in cell.get("outputs", [])
             if o.get("output_type") == "error"
         ]
         if any(e in _BUSY for e in errors):
-            return  # the kernel may still be running the cell: no probe
+            return None  # the kernel may still be running the cell: no probe
         try:
             report = self._probe(cell, calls)
         except Exception as exc:  # noqa: BLE001 - any failure of the probe
             if errors:
-                return  # failed in the kernel anyway: its error stays
+                return None  # failed in the kernel anyway: its error stays
             cell.outputs = [
                 _failure(
                     "TamperingDetected",
@@ -321,23 +405,112 @@ class VerifiedExecute(GradingExecute):
                     f"{str(exc)[:300]})",
                 )
             ]
-            return
+            return None
+        tampering = self._tampering(report)
+        if tampering is not None:
+            cell.outputs = [tampering]
+            return None
+        replay = self._replay(calls, report)
         if errors:
             # Failed in the kernel: zero points whatever the replay says; the
-            # message says so when the kernel was tampered with.
-            tampering = self._tampering(report)
-            if tampering is not None:
-                cell.outputs = [tampering]
-            return
-        judged = self._judge(calls, report)
+            # replay only says why.
+            return self._judgement(cell, replay)
+        judged = self._judge(replay, report)
         if judged is None:
             self.log.info(
                 "test cell %s judged in the kernel only: its grader uses the "
                 "student's function directly",
                 cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"),
             )
+            return None
+        cell.outputs = judged
+        return self._judgement(cell, replay)
+
+    def _write_judgement(
+        self,
+        cell: NotebookNode,
+        calls: list[GraderCall] | None,
+        judged: Judgement | None,
+    ) -> None:
+        """Store why a failed test cell failed (nothing for a cell that passed):
+        the replay's judgement, else what its error output shows."""
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if not errors:
+            return
+        if judged is None:
+            judged = self._judgement_from_error(cell, calls, errors[0])
+        cell.metadata[JUDGEMENT_KEY] = judged.to_json()
+
+    def _judgement_from_error(
+        self, cell: NotebookNode, calls: list[GraderCall] | None, error: NotebookNode
+    ) -> Judgement:
+        """A failed cell the replay did not judge: a time limit, tampering, or an
+        error the graders cannot replay (its message as the example)."""
+        ename = str(error.get("ename", ""))
+        if ename in _BUSY or ename == HUNG_BEFORE:
+            kind = "time-limit"
+        elif ename == "TamperingDetected":
+            kind = "tampering"
         else:
-            cell.outputs = judged
+            kind = "unrecognised"
+        example = "" if kind == "time-limit" else f"{ename}: {error.get('evalue', '')}"
+        return Judgement(
+            _grade_id(cell),
+            self._function(cell, calls, None),
+            kind,
+            example=_first_line(example),
+        )
+
+    @staticmethod
+    def _function(
+        cell: NotebookNode, calls: list[GraderCall] | None, grader: str | None
+    ) -> str:
+        """The function a test cell checks: the grader's (``check_alibi_bias`` ->
+        ``alibi_bias``), else the one its grade id names (``<function>__public``)."""
+        if grader is None and calls:
+            grader = calls[0].grader
+        if grader is not None:
+            return _function_of(grader)
+        return _grade_id(cell).rsplit("__", 1)[0]
+
+    def _judgement(self, cell: NotebookNode, replay: _Replayed) -> Judgement | None:
+        """Why the replay failed the cell, from the exception of the pristine
+        grader (never from anything the kernel printed)."""
+        from course_lib.checks import _record
+        from course_lib.checks._errors import CheckFailed
+
+        exc = replay.error
+        if isinstance(exc, _record.Unreplayable):
+            return None
+        function = self._function(cell, None, replay.grader)
+        grade_id = _grade_id(cell)
+        if exc is None:
+            return None
+        if isinstance(exc, _record.Tampered | ValueError):
+            return Judgement(grade_id, function, "tampering", example=_first_line(exc))
+        if not isinstance(exc, CheckFailed):
+            return Judgement(
+                grade_id,
+                function,
+                "unrecognised",
+                example=_first_line(f"{type(exc).__name__}: {exc}"),
+            )
+        slug = getattr(exc, "mistake", None)
+        if slug:
+            return Judgement(
+                grade_id,
+                function,
+                "mistake",
+                mistake=f"{function}:{slug}",
+                explanation=str(getattr(exc, "explanation", "") or ""),
+                example=_first_line(getattr(exc, "answer", "") or ""),
+            )
+        cause = getattr(exc, "cause", None)
+        if cause in _CAUSES:
+            return Judgement(grade_id, function, cause, example=_first_line(exc))
+        answer = getattr(exc, "answer", None)
+        example = _first_line(exc) + (f" [answer: {answer}]" if answer else "")
+        return Judgement(grade_id, function, "unrecognised", example=example[:600])
 
     def _probe(self, cell: NotebookNode, calls: list[GraderCall]) -> dict[str, Any]:
         names = [v for c in calls for kind, v in c.args if kind == "name"]
@@ -393,25 +566,16 @@ class VerifiedExecute(GradingExecute):
             )
         return None
 
-    def _judge(
-        self, calls: list[GraderCall], report: dict[str, Any]
-    ) -> list[NotebookNode] | None:
-        """The outputs the cell is scored by: the pristine graders' verdict
-        (``None``: the grader cannot be replayed, the kernel's verdict stands; the
-        tampering checks have passed)."""
+    def _replay(self, calls: list[GraderCall], report: dict[str, Any]) -> _Replayed:
+        """Run the pristine graders of the cell in this process on the answers the
+        kernel recorded; what they printed and the exception that stopped them."""
         from course_lib.checks import _record
-        from course_lib.checks._errors import CheckFailed
 
-        tampering = self._tampering(report)
-        if tampering is not None:
-            return [tampering]
         values = dict(zip(report["names"], report.get("args") or [], strict=False))
         events = report.get("events")
         if not isinstance(events, list):
             events = []
         out = io.StringIO()
-        deferred = report.get("deferred")
-        deferred = set(deferred) if isinstance(deferred, list) else set()
         current = None
         try:
             with (
@@ -432,8 +596,26 @@ class VerifiedExecute(GradingExecute):
                                 f"the kernel did not report the value of {value}"
                             )
                     grader(*args)
-        except _record.Unreplayable:
-            if current in deferred:
+        except (Exception, _record.Unreplayable) as exc:  # noqa: BLE001 - judged
+            return _Replayed(out.getvalue(), exc, current)
+        return _Replayed(out.getvalue(), None, current)
+
+    @staticmethod
+    def _judge(replay: _Replayed, report: dict[str, Any]) -> list[NotebookNode] | None:
+        """The outputs the cell is scored by: the pristine graders' verdict
+        (``None``: the grader cannot be replayed, the kernel's verdict stands; the
+        tampering checks have passed)."""
+        from course_lib.checks import _record
+        from course_lib.checks._errors import CheckFailed
+
+        deferred = report.get("deferred")
+        deferred = set(deferred) if isinstance(deferred, list) else set()
+        printed = [_stdout(replay.stdout)] * bool(replay.stdout)
+        exc = replay.error
+        if exc is None:
+            return [_stdout(replay.stdout)]
+        if isinstance(exc, _record.Unreplayable):
+            if replay.grader in deferred:
                 # the kernel's grader gave no verdict: nothing else can judge this
                 return [
                     _failure(
@@ -443,34 +625,45 @@ class VerifiedExecute(GradingExecute):
                     )
                 ]
             return None
-        except _record.Tampered as exc:
-            return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
+        if isinstance(exc, _record.Tampered):
+            return printed + [
                 _failure("TamperingDetected", f"tampering detected: {exc}")
             ]
-        except CheckFailed as exc:
-            if current in deferred:
+        if isinstance(exc, CheckFailed):
+            if replay.grader in deferred:
                 # The kernel's hidden grader holds no expected value and left the
                 # verdict to this replay (the grading edition): an honest failure.
-                return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
-                    _failure(type(exc).__name__, str(exc)[:2000])
-                ]
-            return [_stdout(out.getvalue())] * bool(out.getvalue()) + [
+                return printed + [_failure(type(exc).__name__, str(exc)[:2000])]
+            return printed + [
                 _failure(
                     "TamperingDetected",
                     "tampering detected: this test passed inside the notebook but "
                     f"fails when checked outside it: {exc}",
                 )
             ]
-        except ValueError as exc:
+        if isinstance(exc, ValueError):
             return [
                 _failure(
                     "TamperingDetected",
                     f"tampering detected: the kernel's record is malformed ({exc})",
                 )
             ]
-        except Exception as exc:  # noqa: BLE001 - a grader failing on odd values
-            return [_failure(type(exc).__name__, str(exc)[:2000])]
-        return [_stdout(out.getvalue())]
+        # a grader failing on odd values
+        return [_failure(type(exc).__name__, str(exc)[:2000])]
+
+
+@dataclass(frozen=True)
+class _Replayed:
+    """What the replay of a test cell's graders gave: their stdout, the exception
+    that stopped them (``None``: they passed) and the grader that raised it."""
+
+    stdout: str
+    error: BaseException | None
+    grader: str | None
+
+
+def _grade_id(cell: NotebookNode) -> str:
+    return str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or "?")
 
 
 def autograde_preprocessors(configured: list | None = None) -> list:
