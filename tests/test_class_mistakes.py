@@ -455,12 +455,13 @@ def test_feedback_names_the_mistake_and_links_the_section(graded):
 
 @pytest.mark.slow
 def test_the_guide_shows_this_class(graded):
-    """The instructor guide's worked example is this class's table, as printed."""
+    """The guide's worked example (book/class-mistakes.md) is this class's table,
+    as printed."""
     report = graded["report"]
     start = report.index("What the class got wrong")
     block = report[start:].split("\n\nwrote ", 1)[0]
     block = block.split("\n\nLate", 1)[0].split("\n\nCould not", 1)[0]
-    guide = (ROOT / "book" / "instructor-guide.md").read_text()
+    guide = (ROOT / "book" / "class-mistakes.md").read_text()
     quoted = guide.split("<!-- mistakes table: tests/test_class_mistakes.py -->", 1)[1]
     quoted = quoted.split("```text\n", 1)[1].split("```", 1)[0]
     assert quoted == block + "\n", block
