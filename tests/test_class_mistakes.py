@@ -465,3 +465,29 @@ def test_the_guide_shows_this_class(graded):
     quoted = guide.split("<!-- mistakes table: tests/test_class_mistakes.py -->", 1)[1]
     quoted = quoted.split("```text\n", 1)[1].split("```", 1)[0]
     assert quoted == block + "\n", block
+
+
+def test_every_graded_function_links_its_section_in_plain_words():
+    """teaching_links for each graded function: the chapter and the heading without
+    TeX or backticks, a link to the book page at the section's label (GitHub Pages
+    of the repository, as .github/workflows/pages.yml publishes it), and the
+    chapter notebook on each launch service of _config.yml."""
+    from course_lib.checks.sections import SECTIONS
+    from course_lib.grading.editions.launch import chapter_notebook_path
+    from course_lib.grading.feedback import teaching_links
+
+    for function, section in SECTIONS.items():
+        name, links = teaching_links(ROOT, function)
+        number = int(section.page.split("/")[-1][:2])
+        assert name.startswith(f'Chapter {number}, section "'), name
+        assert not set("$`\\") & set(name), name
+        text, url = links[0]
+        assert (text, url) == (
+            "the book",
+            "https://positional-encodings-course.github.io/course/"
+            f"{section.page}.html#{section.label}",
+        )
+        services = dict(links[1:])
+        assert set(services) == {"Binder", "Colab"}
+        assert all(chapter_notebook_path(section.page) in u for u in services.values())
+    assert teaching_links(ROOT, "no_such_function") == ("", [])

@@ -20,6 +20,7 @@ the section on the book's web page, and the chapter notebook's launch links.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 from nbconvert.preprocessors import Preprocessor
@@ -91,7 +92,7 @@ def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
     if section is None:
         return "", []
     number = section.page.rsplit("/", 1)[-1].split("-", 1)[0]
-    name = f'Chapter {int(number)}, section "{section.title}"'
+    name = f'Chapter {int(number)}, section "{_plain(section.title)}"'
     settings = read_settings(root)
     if settings is None:
         return name, []
@@ -99,6 +100,13 @@ def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
     links = [("the book", book_page_url(settings, section.page, section.label))]
     urls = launch_urls(settings, chapter_notebook_path(section.page))
     return name, links + sorted(urls.items())
+
+
+def _plain(title: str) -> str:
+    """A heading as plain text: ``$d_\\text{model} = 4$`` reads ``d_model = 4``, and
+    code loses its backticks."""
+    text = re.sub(r"\\(?:text|mathrm|operatorname)\{([^{}]*)\}", r"\1", title)
+    return text.replace("$", "").replace("`", "")
 
 
 class MistakeNotes(Preprocessor):
