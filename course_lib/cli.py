@@ -321,7 +321,8 @@ def _add_report(sub, quiet_opts, course_opts) -> None:
     p = sub.add_parser(
         "report",
         parents=[course_opts],
-        help="grades CSV, pass rate per test, score histogram, ungradable submissions; "
+        help="grades CSV, pass rate per test, score histogram, ungradable submissions, "
+        "what the class got wrong (the known mistakes per function, mistakes.csv); "
         "'all': every student across every assignment, and Canvas and Moodle import "
         "files",
     )

@@ -33,13 +33,12 @@ from conftest import course_cli
 from zoo import ex05_alibi as zoo
 
 from course_lib.checks import ex05_alibi as graders
-from course_lib.checks._errors import CheckFailed
+from course_lib.checks._errors import CAUSES, CheckFailed
 from course_lib.grading.mistakes import KIND_LABELS, class_mistakes, format_mistakes
 from course_lib.grading.notebooks.integrity import JUDGEMENT_KEY, Judgement
 
 ROOT = Path(__file__).resolve().parent.parent
 A = "ex05_alibi"
-CAUSES = {"not-attempted", "raised", "calls-library", "changed-input", "time-limit"}
 # test cell -> (graded function, pristine grader)
 CELLS = {
     "alibi_slopes__public": ("alibi_slopes", graders.check_alibi_slopes),

@@ -77,9 +77,6 @@ HUNG_BEFORE = "TimeLimitEarlier"
 _BUSY = {"CellTimeoutError", "DeadKernelError", "UnresponsiveKernelError"}
 # The cell metadata key of a failed test cell's judgement (see :class:`Judgement`).
 JUDGEMENT_KEY = "course_judgement"
-# Why a check failed when it is not a wrong value (CheckFailed.cause, set by
-# course_lib.checks._core), and the kinds this module adds.
-_CAUSES = {"not-attempted", "raised", "calls-library", "changed-input", "time-limit"}
 _MAX_EXAMPLE = 300
 
 
@@ -424,6 +421,8 @@ class VerifiedExecute(GradingExecute):
             )
             return None
         cell.outputs = judged
+        if any(o.get("ename") == "TamperingDetected" for o in judged):
+            return None  # its error says tampering: no mistake of the student's
         return self._judgement(cell, replay)
 
     def _write_judgement(
@@ -477,7 +476,7 @@ class VerifiedExecute(GradingExecute):
         """Why the replay failed the cell, from the exception of the pristine
         grader (never from anything the kernel printed)."""
         from course_lib.checks import _record
-        from course_lib.checks._errors import CheckFailed
+        from course_lib.checks._errors import CAUSES, CheckFailed
 
         exc = replay.error
         if isinstance(exc, _record.Unreplayable):
@@ -506,7 +505,7 @@ class VerifiedExecute(GradingExecute):
                 example=_first_line(getattr(exc, "answer", "") or ""),
             )
         cause = getattr(exc, "cause", None)
-        if cause in _CAUSES:
+        if cause in CAUSES:
             return Judgement(grade_id, function, cause, example=_first_line(exc))
         answer = getattr(exc, "answer", None)
         example = _first_line(exc) + (f" [answer: {answer}]" if answer else "")
