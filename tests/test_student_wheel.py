@@ -196,8 +196,12 @@ def test_student_wheel_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     assert _run([sys.executable, "-m", "venv", str(venv)], tmp_path).returncode == 0
     python = venv / "bin" / "python"
     torch_pin = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build
-    install = _run([str(python), "-m", "pip", "install", "--quiet", torch_pin,
-                    str(wheel)], tmp_path)
+    # --no-compile: pip would byte-compile every module of torch and the other
+    # dependencies (two thirds of the install's time); Python compiles what is
+    # imported below anyway, and every .py file of the wheel is parsed by
+    # test_wheel_holds_the_student_edition_only
+    install = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
+                    torch_pin, str(wheel)], tmp_path)
     assert install.returncode == 0, install.stderr[-3000:]
     # course_lib is the wheel's, the course venv's tools are absent
     where = _run([str(python), "-c",
