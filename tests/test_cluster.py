@@ -433,7 +433,7 @@ def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
     )  # fmt: skip
     stdout, stderr = run.communicate(timeout=120)
     _log(f"Ctrl-C: exit {run.returncode}, stderr tail {stderr.strip()[-200:]!r}")
-    assert run.returncode == 130, stderr[-3000:]
+    assert run.returncode == 130, stdout[-3000:] + stderr[-3000:]
     assert "course autograde: interrupted" in stderr
     kept = _results(root)
     _log(f"kept after the interrupt: {len(kept)} of {len(STUDENTS)}")
