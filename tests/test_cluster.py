@@ -391,6 +391,10 @@ from course_lib.grading import cluster
 
 n, pid, sig = int(sys.argv[1]), int(sys.argv[2]) or os.getpid(), int(sys.argv[3])
 real = cluster.grade_on_cluster
+# Ctrl-C reaches a command started from a terminal with Python's own handler; a
+# test run started in the background (`make test &`, nohup, some CI runners)
+# passes SIGINT on ignored, and Python keeps an ignored SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def grade_on_cluster(client, spec, jobs, finish):
