@@ -135,6 +135,33 @@ def server(built_book: Path):
     httpd.shutdown()
 
 
+# Playwright waits 30 s by default for a page to load or an element to appear: on a
+# busy 2-core machine (load average 10) the API page took longer. A wait for an
+# event, not a poll: a page that never loads still fails, after this long.
+BROWSER_TIMEOUT_MS = 120_000
+
+
+class _Browser:
+    """A Playwright browser whose every new context waits up to
+    :data:`BROWSER_TIMEOUT_MS` (the tests' own timeouts still apply)."""
+
+    def __init__(self, browser) -> None:
+        self._browser = browser
+
+    def new_context(self, **kwargs):
+        ctx = self._browser.new_context(**kwargs)
+        ctx.set_default_timeout(BROWSER_TIMEOUT_MS)
+        return ctx
+
+    def new_page(self, **kwargs):
+        page = self._browser.new_page(**kwargs)
+        page.set_default_timeout(BROWSER_TIMEOUT_MS)
+        return page
+
+    def __getattr__(self, name: str):
+        return getattr(self._browser, name)
+
+
 @pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
@@ -157,7 +184,7 @@ def browser():
                 "--disable-sync",
             ],
         )
-        yield b
+        yield _Browser(b)
         b.close()
 
 
