@@ -266,3 +266,37 @@ def test_megabytes_of_output_are_cut(graded):
         for o in c.get("outputs", [])
     )
     assert "output truncated by the grader" in text
+
+
+def test_attacks_are_judged_as_what_they_are(graded):
+    """The mistakes table counts only what the grading tool judged outside the
+    kernel: every failed cell of a graded attacker has its judgement, a cell that
+    failed as tampering is judged tampering, and nothing an attack did makes a
+    cell count as one of the exercise's known mistakes unless its failure says so
+    in the pristine grader's words."""
+    from course_lib.grading.gradebook import read_judgements
+
+    course, _, _, _, _, _ = graded
+    status = _status(course)
+    with course.gradebook() as gb:
+        rows = read_judgements(gb, A)
+    judged = {(r["student"], r["grade_id"]): r for r in rows}
+    failed = {
+        (student, cell): message
+        for student, row in status.items()
+        if row.status == "graded"
+        for cell, message in row.failures.items()
+    }
+    assert set(judged) == set(failed)
+    kinds = {r["kind"] for r in rows}
+    assert "tampering" in kinds, kinds
+    for key, message in failed.items():
+        row = judged[key]
+        assert (row["kind"] == "tampering") == ("tampering detected" in message), (
+            key,
+            row,
+            message,
+        )
+        if row["kind"] == "mistake":
+            assert "is wrong in a known way" in message, (key, message)
+            assert row["explanation"] in message, (key, row)
