@@ -149,15 +149,13 @@ def cell_time_limit(config, assignment: str) -> int | None:
     return None
 
 
-def _cell_failures(notebook_path: Path, limit: int | None = None) -> dict[str, str]:
-    """grade id -> first line of the error of every graded cell that raised; a cell
-    cut off by the time limit says so (:func:`time_limit_reason`), and so does one
-    not run because a function it checks had already hung."""
-    import nbformat
-
+def _cell_failures(nb, limit: int | None = None) -> dict[str, str]:
+    """grade id -> first line of the error of every graded cell of the notebook
+    ``nb`` that raised; a cell cut off by the time limit says so
+    (:func:`time_limit_reason`), and so does one not run because a function it
+    checks had already hung."""
     from .notebooks.integrity import HUNG_BEFORE
 
-    nb = nbformat.read(str(notebook_path), as_version=4)
     failures = {}
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -448,19 +446,28 @@ def _failure_reason(spec, job, result, log_text: str, context) -> str:
 
 def _graded(spec: WorkerSpec, job: Job, private: Path, config) -> dict[str, Any]:
     """A graded submission: its grades from the private gradebook, each failed
-    test cell's first line, the folder of its graded notebooks."""
+    test cell's first line and judgement, the folder of its graded notebooks."""
+    import nbformat
     from nbgrader.api import Gradebook
+
+    from .notebooks.integrity import judgements
 
     graded = private / "autograded" / job.student / spec.assignment
     failures: dict[str, str] = {}
     judged: list[dict[str, str]] = []
-    for nb in spec.notebooks:
-        path = graded / f"{nb}.ipynb"
-        if path.exists():
-            failures.update(_cell_failures(path, spec.cell_timeout))
-            judged += [
-                {"notebook": nb, **j.to_json()} for j in _judgements(path, failures)
-            ]
+    for name in spec.notebooks:
+        path = graded / f"{name}.ipynb"
+        if not path.exists():
+            continue
+        nb = nbformat.read(str(path), as_version=4)
+        lost = _cell_failures(nb, spec.cell_timeout)
+        failures.update(lost)
+        # why each cell that lost its points failed (VerifiedExecute's judgements)
+        judged += [
+            {"notebook": name, **j.to_json()}
+            for j in judgements(nb)
+            if j.grade_id in lost
+        ]
     with Gradebook(config.CourseDirectory.db_url, spec.course_id) as gb:
         grades = read_submission(gb, spec.assignment, job.student)
     # graded: now the outputs the student's code made are reduced to inert types
@@ -480,18 +487,6 @@ def _graded(spec: WorkerSpec, job: Job, private: Path, config) -> dict[str, Any]
         autograded=str(graded),
         reason="; ".join(timed_out),
     )
-
-
-def _judgements(notebook_path: Path, failures: dict[str, str]):
-    """Why each failed test cell of a graded notebook failed (the judgements
-    :class:`~course_lib.grading.notebooks.integrity.VerifiedExecute` wrote), for the
-    cells that lost their points."""
-    import nbformat
-
-    from .notebooks.integrity import judgements
-
-    nb = nbformat.read(str(notebook_path), as_version=4)
-    return [j for j in judgements(nb) if j.grade_id in failures]
 
 
 def _make_safe(path: Path) -> None:
