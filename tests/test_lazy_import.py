@@ -149,12 +149,12 @@ def test_the_graders_see_every_library_module_at_once():
     proc = _fresh(
         "import sys\n"
         "import course_lib.checks.ex05_alibi\n"
-        "from course_lib.checks._core import _public_callables\n"
+        "from course_lib.checks._core import _course_modules, _public_callables\n"
         "import course_lib\n"
         "missing = [m for m in course_lib._MODULES\n"
         "           if f'course_lib.{m}' not in sys.modules]\n"
         "assert not missing, missing\n"
-        "names = set(_public_callables().values())\n"
+        "names = set(_public_callables(*_course_modules()).values())\n"
         "assert 'course_lib.conventions._permute_head_rows' in names, sorted(names)\n"
     )
     assert proc.returncode == 0, proc.stderr

@@ -416,16 +416,22 @@ class _Trap:
         self.called: list[str] = []
 
 
-def _library_modules() -> list[tuple[str, Any]]:
-    """The loaded course_lib modules, graders and the grading tool excluded (test
-    cells legitimately call them)."""
-    return [
-        (name, module)
-        for name, module in list(sys.modules.items())
-        if name.startswith("course_lib")
-        and module is not None
-        and not name.startswith(("course_lib.checks", "course_lib.grading"))
-    ]
+def _course_modules() -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """The loaded course_lib modules, in one pass over ``sys.modules`` (it holds
+    thousands of modules once torch's compiler, Jupyter or a test run are loaded:
+    this runs at every call of a student's function): the library's, graders and
+    the grading tool excluded (test cells legitimately call them), and the exercise
+    graders (``course_lib.checks.exNN_topic``)."""
+    library, graders = [], []
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("course_lib"):
+            continue
+        if name.startswith("course_lib.checks.ex"):
+            if _GRADER_MODULE.fullmatch(name):
+                graders.append((name, module))
+        elif not name.startswith(("course_lib.checks", "course_lib.grading")):
+            library.append((name, module))
+    return library, graders
 
 
 # The exercise graders' own answers: a checks module's ``_ref_<name>`` and its
@@ -436,21 +442,14 @@ _GRADER_ANSWER = re.compile(r"_ref_\w+|_\w*(reference|expected|variant|mistakes)
 _GRADER_MODULE = re.compile(r"course_lib\.checks\.ex\d+_\w+")
 
 
-def _grader_modules() -> list[tuple[str, Any]]:
-    """The loaded exercise graders (``course_lib.checks.exNN_topic``)."""
-    return [
-        (name, module)
-        for name, module in list(sys.modules.items())
-        if module is not None and _GRADER_MODULE.fullmatch(name)
-    ]
-
-
-def _public_callables() -> dict[int, str]:
-    """id -> qualified name of every callable of the loaded course_lib modules: the
-    public ones (``__all__``) and the private helpers defined there, which would
-    otherwise do part of the exercise (``course_lib.relative._relative_positions``)."""
+def _public_callables(
+    modules: list[tuple[str, Any]], graders: list[tuple[str, Any]]
+) -> dict[int, str]:
+    """id -> qualified name of every callable of the loaded course_lib modules
+    (``modules`` and ``graders``, from :func:`_course_modules`): the public ones
+    (``__all__``) and the private helpers defined there, which would otherwise do
+    part of the exercise (``course_lib.relative._relative_positions``)."""
     found: dict[int, str] = {}
-    modules = _library_modules()
     for _, module in modules:
         for name in getattr(module, "__all__", ()):
             obj = getattr(module, name, None)
@@ -464,7 +463,7 @@ def _public_callables() -> dict[int, str]:
                 and not isinstance(obj, type(sys))
             ):
                 found.setdefault(id(obj), f"{modname}.{name}")
-    for modname, module in _grader_modules():
+    for modname, module in graders:
         for name, obj in list(vars(module).items()):
             # defined in the package: the grader's own, or (student edition) the
             # stored answers that stand in for it
@@ -482,7 +481,8 @@ def reference_trap(fn: Callable[..., Any]) -> Iterator[_Trap]:
     """Replace every public course_lib callable, in the library's modules and in the
     globals of ``fn``, by a trap that records the call; restore them afterwards."""
     trap = _Trap()
-    targets = _public_callables()
+    library, graders = _course_modules()
+    targets = _public_callables(library, graders)
     saved: list[tuple[dict[str, Any], str, Any]] = []
 
     def make_trap(qualname: str) -> Callable[..., Any]:
@@ -492,9 +492,7 @@ def reference_trap(fn: Callable[..., Any]) -> Iterator[_Trap]:
 
         return trapped
 
-    namespaces: list[dict[str, Any]] = [
-        vars(m) for _, m in [*_library_modules(), *_grader_modules()]
-    ]
+    namespaces: list[dict[str, Any]] = [vars(m) for _, m in [*library, *graders]]
     student_globals = getattr(fn, "__globals__", None)
     if isinstance(student_globals, dict):
         namespaces.append(student_globals)
