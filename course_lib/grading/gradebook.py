@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 
 __all__ = [
+    "JUDGEMENT_FIELDS",
     "JUDGEMENT_TABLE",
     "STATUS_TABLE",
     "stamp_alembic_version",
@@ -81,7 +82,8 @@ _judgements = sa.Table(
     sa.Column("explanation", sa.Text, nullable=False, default=""),
     sa.Column("example", sa.Text, nullable=False, default=""),
 )
-_JUDGEMENT_FIELDS = (
+# what course_judgements holds of each failed cell, beside assignment and student
+JUDGEMENT_FIELDS = (
     "notebook",
     "grade_id",
     "function",
@@ -154,7 +156,7 @@ def write_judgements(
     gb, assignment: str, student: str, rows: list[dict[str, str]]
 ) -> None:
     """Replace the judgements of one submission (``rows``: the keys of
-    :data:`_JUDGEMENT_FIELDS`; none for a submission that passed everything or
+    :data:`JUDGEMENT_FIELDS`; none for a submission that passed everything or
     could not be graded)."""
     _ensure_tables(gb)
     gb.db.execute(
@@ -164,7 +166,7 @@ def write_judgements(
         )
     )
     for row in rows:
-        values = {f: str(row.get(f) or "") for f in _JUDGEMENT_FIELDS}
+        values = {f: str(row.get(f) or "") for f in JUDGEMENT_FIELDS}
         gb.db.execute(
             _judgements.insert().values(
                 assignment=assignment, student=student, **values
@@ -175,7 +177,7 @@ def write_judgements(
 
 def read_judgements(gb, assignment: str) -> list[dict[str, str]]:
     """Every recorded judgement of ``assignment``: dicts with ``student`` and the
-    keys of :data:`_JUDGEMENT_FIELDS`, by student, notebook and cell."""
+    keys of :data:`JUDGEMENT_FIELDS`, by student, notebook and cell."""
     _ensure_tables(gb)
     rows = gb.db.execute(
         sa.select(_judgements)

@@ -23,6 +23,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gradebook import JUDGEMENT_FIELDS
+
 __all__ = [
     "MistakeCount",
     "class_mistakes",
@@ -140,16 +142,7 @@ def format_mistakes(counts: list[MistakeCount], graded: int) -> list[str]:
     return lines
 
 
-_CSV_COLUMNS = [
-    "student_id",
-    "notebook",
-    "grade_id",
-    "function",
-    "kind",
-    "mistake",
-    "explanation",
-    "example",
-]
+_CSV_COLUMNS = ["student_id", *JUDGEMENT_FIELDS]
 
 
 def write_mistakes_csv(path: Path, judgements: list[dict[str, str]]) -> Path:
