@@ -26,6 +26,7 @@ import nbformat
 import numpy as np
 import pytest
 import torch
+from conftest import course_cli
 
 import course_lib.checks.ex05_alibi as ex05
 from course_lib import alibi_bias as ref_alibi_bias
@@ -559,14 +560,7 @@ def _cmdline(proc: Path) -> bytes:
 
 
 def _course(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return course_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.mark.slow
