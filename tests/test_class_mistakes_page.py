@@ -11,10 +11,10 @@ claims the page makes about ALiBi, the ex05 graders and the table, each checked 
   where they find the mistake, at 8 and 4 heads).
 - The Bloom form +m_h j and ALiBi's -m_h |i - j|: never the same matrix (they agree only
   at the first query and key); under a causal mask the visible entries of row i differ
-  by m_h i, so the softmax weights agree with each other and with a loop written from the
-  paper's equation; without the mask the difference varies along every row but the last,
-  the weights differ there, and with equal scores every query's largest weight is on the
-  last key.
+  by m_h i, so the softmax weights agree with each other and with a loop written from
+  the paper's equation; without the mask the difference varies along every row but the
+  last, the weights differ there, and with equal scores every query's largest weight is
+  on the last key.
 - The ex05 graders: the hidden tests start with the public cases (a wrong answer fails
   both cells at the same call, for the same reason); the public check already fails
   power-of-two-only slopes at 6 heads and a distance clipped at 16 at one head over 20
@@ -113,7 +113,9 @@ def test_six_and_twelve_heads_exponents() -> None:
         [4 * h / 3 for h in range(1, 7)], abs=1e-12
     )
     twelve = (-alibi_slopes(12).double().log2()).tolist()
-    assert twelve == pytest.approx([1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5], abs=tol)
+    assert twelve == pytest.approx(
+        [1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5], abs=tol
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -141,7 +143,9 @@ def test_bloom_minus_alibi_is_m_i_on_visible_keys_and_varies_after(n: int) -> No
     atol = 4 * length * U32
     visible = (j <= i).expand(length, length)
     expected_visible = (m * i).expand(n, length, length)
-    assert torch.allclose(diff[:, visible], expected_visible[:, visible], atol=atol, rtol=0)
+    assert torch.allclose(
+        diff[:, visible], expected_visible[:, visible], atol=atol, rtol=0
+    )
     after = ~visible
     expected_after = (m * (2 * j - i)).expand(n, length, length)
     assert torch.allclose(diff[:, after], expected_after[:, after], atol=atol, rtol=0)
@@ -189,7 +193,9 @@ def test_under_a_causal_mask_both_forms_give_the_papers_weights(n: int) -> None:
     future = torch.ones(length, length, dtype=torch.bool).triu(1)
     bloom, _, _ = _pair(n, length)
     w_bloom = torch.softmax(scores + bloom.masked_fill(future, -math.inf), dim=-1)
-    w_alibi = torch.softmax(scores + alibi_bias(n, length, causal=True).double(), dim=-1)
+    w_alibi = torch.softmax(
+        scores + alibi_bias(n, length, causal=True).double(), dim=-1
+    )
     w_paper = _paper_loop(scores, code_rule_slopes(n))
     # the float32 slopes move a logit by at most m * L * u32 <= L * u32; a softmax
     # weight moves by at most twice the largest logit change (first order)
@@ -293,11 +299,19 @@ def test_the_hidden_tests_start_with_the_public_cases() -> None:
 @pytest.mark.parametrize(
     ("check", "grade", "fn"),
     [
-        (graders.check_alibi_slopes, graders.grade_alibi_slopes, slopes_power_of_two_only),
+        (
+            graders.check_alibi_slopes,
+            graders.grade_alibi_slopes,
+            slopes_power_of_two_only,
+        ),
         (graders.check_alibi_slopes, graders.grade_alibi_slopes, slopes_reversed),
         (graders.check_alibi_bias, graders.grade_alibi_bias, bias_bloom),
         (graders.check_alibi_bias, graders.grade_alibi_bias, bias_clipped_at_16),
-        (graders.check_alibi_bias, graders.grade_alibi_bias, _bias_on(slopes_from_zero)),
+        (
+            graders.check_alibi_bias,
+            graders.grade_alibi_bias,
+            _bias_on(slopes_from_zero),
+        ),
     ],
 )
 def test_a_wrong_answer_fails_both_cells_for_the_same_reason(check, grade, fn) -> None:
@@ -358,9 +372,7 @@ def _table() -> tuple[int, list[tuple[str, str, int, float, float]]]:
     for line in block.splitlines():
         m = re.fullmatch(r"  (\w+)\s+(.+?)\s+(\d+)\s+([\d.]+)%\s+([\d.]+)%", line)
         if m:
-            rows.append(
-                (m[1], m[2], int(m[3]), float(m[4]), float(m[5]))
-            )
+            rows.append((m[1], m[2], int(m[3]), float(m[4]), float(m[5])))
     return graded, rows
 
 
@@ -382,7 +394,7 @@ def test_the_tables_columns_are_what_the_page_says() -> None:
             assert abs(100 * students / lost - of_lost) <= half
         assert abs(sum(r[4] for r in lines) - 100) <= half * len(lines)
         # at equal counts, the named mistakes first, then alphabetical
-        for a, b in zip(lines, lines[1:]):
+        for a, b in zip(lines, lines[1:], strict=False):
             if a[2] == b[2]:
                 assert (a[1].startswith("("), a[1]) <= (b[1].startswith("("), b[1])
 
@@ -406,7 +418,9 @@ def test_the_page_quotes_the_papers_rule_and_says_the_course_follows_the_code() 
 def test_the_page_states_the_bloom_equivalence_precisely() -> None:
     prose = re.sub(r"\s+", " ", TEXT)
     assert "It is not the same matrix as `-m_h·|i-j|`" in prose
-    assert "exceeds ALiBi's by `m_h·i`, the same number for every key of the row" in prose
+    assert (
+        "exceeds ALiBi's by `m_h·i`, the same number for every key of the row" in prose
+    )
     assert "the weights differ in every query row but the last" in prose
     assert "every query gives its largest weight to the last key" in prose
 
