@@ -7,8 +7,8 @@ claims the page makes about ALiBi, the ex05 graders and the table, each checked 
   slopes of the largest power of two below and every other slope of twice that power.
   The two agree on powers of two and differ on 3, 5, 6, 7, 12, ... heads; the course
   follows the code. With the code's rule the largest slope is not the first head's when
-  the head count is not a power of two (the graders' ``reversed-heads`` sentence holds
-  where they find the mistake, at 8 and 4 heads).
+  the head count is not a power of two (so the graders' ``reversed-heads`` sentences name
+  the rule's order, not the largest slope; they find the mistake at 8 and 4 heads).
 - The Bloom form +m_h j and ALiBi's -m_h |i - j|: never the same matrix (they agree only
   at the first query and key); under a causal mask the visible entries of row i differ
   by m_h i, so the softmax weights agree with each other and with a loop written from

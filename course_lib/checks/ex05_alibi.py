@@ -68,8 +68,9 @@ def _slope_mistakes(n: int) -> list[Mistake]:
     mistakes = [
         Mistake(
             _power_of_two_only_slopes(n),
-            f"these slopes 2^(-8h/n) are only right when the number of heads is a "
-            f"power of two; for {n} heads take the {closest} slopes of {closest} "
+            f"these slopes 2^(-8h/n) are the paper's text, which the course's rule "
+            f"(the authors' code) matches only when the number of heads is a power "
+            f"of two; for {n} heads take the {closest} slopes of {closest} "
             f"heads, then every other slope of the {2 * closest}-head sequence, "
             f"2^(-8(2j+1)/{2 * closest}) for j = 0, 1, ...",
             "power-of-two-only",
@@ -82,7 +83,9 @@ def _slope_mistakes(n: int) -> list[Mistake]:
         ),
         Mistake(
             ref.flip(0),
-            "the right slopes in reversed order: the first head has the largest slope",
+            "the right slopes in reversed order: head h takes the rule's h-th slope, "
+            "in the order of the authors' code (largest first when the number of "
+            "heads is a power of two)",
             "reversed-heads",
         ),
         Mistake(
@@ -186,14 +189,15 @@ def _bias_mistakes(n: int, seq_len: int) -> list[Mistake]:
         ),
         Mistake(
             _bias_from_slopes(_power_of_two_only_slopes(n), seq_len),
-            "the bias uses slopes 2^(-8h/n) that are only right for a power-of-two "
+            "the bias uses the slopes 2^(-8h/n) of the paper's text, which the "
+            "course's rule (the authors' code) matches only for a power-of-two "
             "number of heads: fix alibi_slopes first",
             "power-of-two-slopes",
         ),
         Mistake(
             _bias_from_slopes(_ref_alibi_slopes(n).flip(0), seq_len),
-            "the slopes are assigned to the heads in reversed order: head 0 has the "
-            "largest slope",
+            "the slopes are assigned to the heads in reversed order: head h takes "
+            "alibi_slopes(n_heads)[h]",
             "reversed-heads",
         ),
         Mistake(

@@ -181,8 +181,8 @@ CORRECT = {
 
 WRONG = {
     "alibi_slopes": [
-        (slopes_power_of_two_only, "only right when the number of heads is a power "
-                                   "of two", True),
+        (slopes_power_of_two_only, "matches only when the number of heads is a "
+                                   "power of two", True),
         (slopes_from_zero, "the slopes start at 2^0", True),
         (slopes_reversed, "reversed order", True),
         (slopes_sorted, "the right slopes, but sorted", True),
@@ -194,7 +194,7 @@ WRONG = {
         (bias_bloom, "Bloom form +m_h * j", True),
         (bias_no_abs, "without the absolute value", True),
         (bias_causal, "a causal mask (-inf above the diagonal)", True),
-        (bias_power_of_two_slopes, "only right for a power-of-two number of heads",
+        (bias_power_of_two_slopes, "matches only for a power-of-two number of heads",
          True),
         (bias_heads_reversed, "reversed order", True),
         (bias_unscaled, "not multiplied by the head's slope", True),
