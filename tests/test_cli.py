@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from conftest import course_cli
 
 from course_lib import cli
@@ -114,6 +115,38 @@ def test_course_reads_config_and_resolves_assignments(course, tmp_path):
         course.resolve_assignment("ex99")
     other = Course(course.root, db_url="sqlite:///" + str(tmp_path / "other.db"))
     assert other.gradebook_url.endswith("other.db")
+
+
+def test_a_new_gradebook_is_stamped_without_running_alembic(
+    course, tmp_path, monkeypatch
+):
+    """nbgrader stamps a gradebook it creates with its schema's alembic revision,
+    found by running the ``alembic`` command (on PATH: missing without an activated
+    venv; a second of CPU). The course reads it in-process: the same revision as the
+    command reports, and no process is started."""
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    ini = tmp_path / "alembic.ini"
+    ini.write_text(f"[alembic]\nscript_location = {ALEMBIC_DIR}\n")
+    alembic = Path(sys.executable).with_name("alembic")
+    heads = subprocess.run(
+        [str(alembic), "-c", str(ini), "heads"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert heads[1] == "(head)", heads  # one head: "<revision> (head)"
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_process)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no alembic here
+    assert not (course.root / "gradebook.db").exists()
+    with course.gradebook() as gb:
+        gb.add_student("ada")
+        stamped = gb.db.execute(sa.text("SELECT version_num FROM alembic_version"))
+        assert stamped.scalars().all() == [heads[0]]
 
 
 def test_autograde_before_release_says_what_to_do(course, capsys):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +50,23 @@ def _absolute_db_url(url: str, root: Path) -> str:
     return url
 
 
-def _put_environment_on_path() -> None:
-    """nbgrader runs the ``alembic`` script of its environment (found on ``PATH``)
-    when it creates a gradebook; make that work without an activated venv."""
-    bindir = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
-    if bindir not in path.split(os.pathsep):
-        os.environ["PATH"] = bindir + (os.pathsep + path if path else "")
+def _alembic_head() -> str:
+    """The alembic revision of the gradebook schema this nbgrader creates, read from
+    nbgrader's own migration scripts."""
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    return ScriptDirectory(ALEMBIC_DIR).get_current_head()
+
+
+def _stamp_new_gradebooks_in_process() -> None:
+    """nbgrader stamps a gradebook it creates with that revision, which it finds by
+    running the ``alembic`` command: the one on ``PATH`` (missing without an
+    activated venv), a second of CPU for each new gradebook. Read it in this
+    process instead: the same revision, from the same scripts."""
+    import nbgrader.api
+
+    nbgrader.api.get_alembic_version = _alembic_head
 
 
 def valid_student_id(student: str) -> bool:
@@ -82,7 +91,7 @@ class Course:
         self.root = Path(self.root).resolve()
         if not self.root.is_dir():
             raise CourseError(f"course directory {self.root} does not exist")
-        _put_environment_on_path()
+        _stamp_new_gradebooks_in_process()
         self._config = self._load_config()
 
     # --- configuration -------------------------------------------------------------
