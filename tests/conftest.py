@@ -29,6 +29,25 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` (``make test``), except that the files that read the
+    book's pages in a browser (``book_visits.FILES``) go to one worker together:
+    they share each page's visit there, instead of loading every page once per
+    file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from book_visits import FILES
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "the book in a browser" if Path(scope).name in FILES else scope
+
+    return Scheduling(config, log)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _freeze_what_stays():
     """After each test file, what is still alive (modules it imported, torch's

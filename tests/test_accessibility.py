@@ -26,11 +26,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from book_visits import AXE, visit
 from test_book_site import toc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
-AXE = ROOT / "_vendor" / "axe" / "axe.min.js"
-WCAG_21_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 
 pytestmark = pytest.mark.slow
 
@@ -71,16 +70,6 @@ def axe_source() -> str:
     return AXE.read_text(encoding="utf-8")
 
 
-_RUN_AXE = """async (tags) => {
-  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}});
-  return result.violations.map(v => ({
-    id: v.id, impact: v.impact, help: v.help,
-    nodes: v.nodes.map(n => n.target.join(' ') + ': ' + (n.failureSummary || '')
-                              .replace(/\\s+/g, ' ').slice(0, 200)),
-  }));
-}"""
-
-
 def _describe(page: str, violations: list[dict]) -> str:
     lines = [f"{page}: {len(violations)} axe-core violation(s) (WCAG 2.1 A/AA)"]
     for v in violations:
@@ -91,30 +80,14 @@ def _describe(page: str, violations: list[dict]) -> str:
 
 
 @pytest.mark.parametrize("page", book_pages())
-def test_page_has_no_wcag21_violation(page: str, book_url: str, axe_source: str,
-                                      browser) -> None:
-    ctx = browser.new_context()
-    tab = ctx.new_page()
-    try:
-        tab.goto(f"{book_url}/{page}.html", wait_until="load")
-        # not "networkidle" (no request for 500 ms): in two of five fresh-clone runs one
-        # request stayed open past 30 s and then 120 s after the load event; what the
-        # checks read is waited for explicitly (MathJax's promise, figures' data-ready)
-        # typeset math and drawn interactive figures are what a reader meets
-        if tab.evaluate("() => !!window.MathJax"):
-            tab.wait_for_function(
-                "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
-            )
-            tab.evaluate("() => MathJax.startup.promise")
-        for figure in tab.locator(".pe-interactive").all():
-            figure.locator("xpath=self::*[@data-ready='true']").wait_for(
-                state="attached", timeout=30_000
-            )
-        tab.add_script_tag(content=axe_source)
-        violations = tab.evaluate(_RUN_AXE, WCAG_21_AA)
-        assert not violations, _describe(page, violations)
-    finally:
-        ctx.close()
+def test_page_has_no_wcag21_violation(
+    page: str, book_url: str, axe_source: str, browser
+) -> None:
+    """axe-core runs on the page as a reader meets it: math typeset, interactive
+    figures drawn (``book_visits``)."""
+    violations = visit(browser, book_url, page).axe_violations
+    assert violations is not None, "axe-core did not run"
+    assert not violations, _describe(page, violations)
 
 
 class _Figures(html.parser.HTMLParser):

@@ -7,18 +7,19 @@ missing citation fails the build). It reuses the execution cache of an earlier
 ``make book`` when there is one, so the notebooks are re-executed only when their
 source changed, while every page is still rendered and checked afresh.
 
-The browser test serves the HTML on 127.0.0.1 and visits every page of ``_toc.yml``
-in Debian's Chromium driven by Playwright.
+The browser test serves the HTML on 127.0.0.1 and reads every page of ``_toc.yml``
+as Debian's Chromium driven by Playwright shows it (``book_visits.visit``: one
+visit per page, shared with ``test_accessibility.py`` and ``test_launch_links.py``).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import yaml
+from book_visits import visit
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_JS_ERROR = "THEBE_JS_URL"  # sphinx-thebe declares it twice on every page
@@ -107,71 +108,29 @@ def test_book_is_self_contained(built_book: Path) -> None:
     assert with_math >= 10, "the chapters' math should load the local MathJax"
 
 
-# Text outside code that still holds TeX delimiters means MathJax did not typeset it.
-_VISIBLE_TEXT = """() => {
-  const body = document.querySelector('main') || document.body;
-  const copy = body.cloneNode(true);
-  copy.querySelectorAll('pre, code, script, style, mjx-container, .MathJax')
-      .forEach(e => e.remove());
-  return copy.textContent;
-}"""
-
-_IMAGES = """() => Array.from(document.images).map(
-  i => ({src: i.currentSrc || i.src, ok: i.complete && i.naturalWidth > 0}))"""
-
-
 @pytest.mark.parametrize("page", toc_pages())
 def test_page_in_browser(page: str, server: str, browser) -> None:
-    ctx = browser.new_context()
-    tab = ctx.new_page()
-    js_errors: list[str] = []
-    outside: list[str] = []
-    tab.on("pageerror", lambda e: js_errors.append(str(e)))
-    tab.on(
-        "console",
-        lambda m: js_errors.append(m.text) if m.type == "error" else None,
+    seen = visit(browser, server, page)
+    source = source_of(page).read_text()
+    if has_math(source):
+        assert seen.mathjax, f"{page}: has math but did not load MathJax"
+        assert seen.typeset_math > 0, f"{page}: no typeset math"
+    assert seen.h1 and seen.h1 in seen.title, (
+        f"{page}: title {seen.title!r} lacks heading {seen.h1!r}"
     )
-
-    def route(r):
-        url = urlparse(r.request.url)
-        if url.scheme in ("http", "https", "ws", "wss") and url.hostname != "127.0.0.1":
-            outside.append(r.request.url)
-            return r.abort()
-        return r.continue_()
-
-    tab.route("**/*", route)
-    try:
-        tab.goto(f"{server}/{page}.html", wait_until="load")
-        # not "networkidle" (no request for 500 ms): in two of five fresh-clone runs one
-        # request stayed open past 30 s and then 120 s after the load event; what the
-        # checks read is waited for explicitly (MathJax's promise, figures' data-ready)
-        source = source_of(page).read_text()
-        if has_math(source):
-            tab.wait_for_function(
-                "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
-            )
-            tab.evaluate("() => MathJax.startup.promise")
-            assert tab.locator("mjx-container").count() > 0, f"{page}: no typeset math"
-        title = tab.title()
-        h1 = tab.locator("h1").first.inner_text().strip().rstrip("#").strip()
-        assert h1 and h1 in title, f"{page}: title {title!r} lacks heading {h1!r}"
-        text = tab.evaluate(_VISIBLE_TEXT)
-        for raw in ("$$", "\\(", "\\[", "\\begin{"):
-            assert raw not in text, f"{page}: raw TeX {raw!r} left in the page"
-        images = tab.evaluate(_IMAGES)
-        broken = [i["src"] for i in images if not i["ok"]]
-        assert not broken, f"{page}: images did not load: {broken}"
-        if re.search(r"viz\.plot_\w+\(", source):
-            figures = tab.locator(".cell_output img").count()
-            assert figures > 0, f"{page}: uses course_lib.viz but shows no figure image"
-        outputs = " ".join(tab.locator(".cell_output").all_inner_texts())
-        assert "Traceback (most recent call last)" not in outputs, page
-        assert tab.locator(".cell_output .output.error, .output.traceback").count() == 0
-        assert tab.locator(".cell_output .output.stderr").count() == 0, (
-            f"{page}: a cell wrote to stderr (warnings show up in the book)"
+    for raw in ("$$", "\\(", "\\[", "\\begin{"):
+        assert raw not in seen.visible_text, f"{page}: raw TeX {raw!r} left in the page"
+    broken = [i["src"] for i in seen.images if not i["ok"]]
+    assert not broken, f"{page}: images did not load: {broken}"
+    if re.search(r"viz\.plot_\w+\(", source):
+        assert seen.output_images > 0, (
+            f"{page}: uses course_lib.viz but shows no figure image"
         )
-        assert not outside, f"{page}: requests left the machine: {outside}"
-        unexpected = [e for e in js_errors if KNOWN_JS_ERROR not in e]
-        assert not unexpected, f"{page}: JavaScript errors: {unexpected}"
-    finally:
-        ctx.close()
+    assert "Traceback (most recent call last)" not in seen.outputs_text, page
+    assert seen.error_outputs == 0, page
+    assert seen.stderr_outputs == 0, (
+        f"{page}: a cell wrote to stderr (warnings show up in the book)"
+    )
+    assert not seen.outside, f"{page}: requests left the machine: {seen.outside}"
+    unexpected = [e for e in seen.js_errors if KNOWN_JS_ERROR not in e]
+    assert not unexpected, f"{page}: JavaScript errors: {unexpected}"

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
+from book_visits import visit
 
 from course_lib.grading.editions.launch import (
     LaunchSettingsError,
@@ -261,29 +262,12 @@ def repository_path(href: str, base: str) -> str | None:
     return None
 
 
-_LINKS = """() => Array.from(document.querySelectorAll(
-    '.dropdown-launch-buttons a, .dropdown-download-buttons a, article a[href]'))
-  .map(a => ({href: a.href, text: a.textContent.trim(),
-              launch: !!a.closest('.dropdown-launch-buttons'),
-              download: !!a.closest('.dropdown-download-buttons')}))"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("page", _toc_pages())
 def test_launch_and_download_links_open_repository_files(
     page: str, server: str, browser
 ) -> None:
-    ctx = browser.new_context()
-    tab = ctx.new_page()
-    tab.route(
-        "**/*",
-        lambda r: r.continue_() if r.request.url.startswith(server) else r.abort(),
-    )
-    try:
-        tab.goto(f"{server}/{page}.html", wait_until="load")
-        links = tab.evaluate(_LINKS)
-    finally:
-        ctx.close()
+    links = visit(browser, server, page).links
     launch = [link for link in links if link["launch"]]
     downloads = [link for link in links if link["download"]]
     if page in _notebook_pages():
