@@ -29,14 +29,26 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """The files that hold slow tests first (each file's own order kept): under
+    pytest-xdist each worker takes the next file when it is done with one, so the
+    files that take a minute or two start early and the many short ones fill in at
+    the end, and the workers finish together instead of one finishing a long file
+    alone."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` (``make test``), except that the files that read the
     book's pages in a browser (``book_visits.FILES``) go to one worker together:
     they share each page's visit there, instead of loading every page once per
-    file."""
+    file. The files are handed out in the order of the collection (slow files
+    first, :func:`pytest_collection_modifyitems`), not by their number of tests."""
     if config.getvalue("dist") != "loadfile":
         return None
+    config.option.loadscopereorder = False
     from book_visits import FILES
     from xdist.scheduler import LoadFileScheduling
 
