@@ -3,6 +3,8 @@ others (an import circle), and no module takes a private name (``_name``) from
 another module. A private name is a module's own business: what two modules share
 is public in one of them. Imports inside functions count as much as those at the
 top, since they run all the same. Tests are not walked: they may reach in.
+The grading tool's functions are short, and each of its packages names in its
+docstring every module it holds.
 """
 
 from __future__ import annotations
@@ -127,8 +129,10 @@ def test_no_private_name_taken_from_another_module() -> None:
         for source, name, line in _imports(module):
             if name is None or not name.startswith("_") or name.startswith("__"):
                 continue
-            bad.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line}: "
-                       f"from {source} import {name}")
+            bad.append(
+                f"{MODULES[module].relative_to(PACKAGE.parent)}:{line}: "
+                f"from {source} import {name}"
+            )
     assert not bad, "private names imported from another module:\n" + "\n".join(bad)
 
 
@@ -160,3 +164,33 @@ def test_no_long_function_in_the_grading_tool() -> None:
         and _length(node) > MAX_LINES
     ]
     assert not long, f"functions over {MAX_LINES} lines:\n" + "\n".join(long)
+
+
+# --- the grading tool's layout: each package says what it holds ---------------------
+
+
+def test_each_grading_package_names_every_module_it_holds() -> None:
+    """The folder listing is the map (issue 20): each package of the grading tool
+    says in its docstring what each of its modules owns, so its docstring names
+    every module in it (``:mod:`.name```, or ``name.py`` for the scripts that run
+    outside the package)."""
+    grading = PACKAGE / "grading"
+    missing = []
+    for init in sorted(grading.rglob("__init__.py")):
+        if "__pycache__" in init.parts:
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for path in sorted(init.parent.glob("*.py")):
+            name = path.stem
+            if name == "__init__":
+                continue
+            if f":mod:`.{name}`" not in doc and f"``{path.name}``" not in doc:
+                missing.append(f"{init.relative_to(PACKAGE.parent)}: {path.name}")
+        for sub in sorted(
+            p for p in init.parent.iterdir() if (p / "__init__.py").is_file()
+        ):
+            if f"grading.{sub.name}`" not in doc and f":mod:`.{sub.name}`" not in doc:
+                missing.append(f"{init.relative_to(PACKAGE.parent)}: {sub.name}/")
+    assert not missing, (
+        "modules their package's docstring does not name:\n" + "\n".join(missing)
+    )

@@ -13,7 +13,9 @@ Above them, the class workflow, one module per step: :mod:`.check` (a student's
 public checks), :mod:`.release`, :mod:`.collect`, :mod:`.autograde` (the
 orchestrator) with its backends :mod:`.pool` (local worker processes) and
 :mod:`.cluster` (Dask), which both run :mod:`.grade` (grading one submission);
-:mod:`.feedback`, :mod:`.report`; :mod:`.course` (the course folder and its nbgrader
+:mod:`.feedback`, :mod:`.report` (with :mod:`.mistakes`, what the class got wrong,
+and :mod:`.lms`, ``course report all`` and the files Canvas and Moodle import);
+:mod:`.course` (the course folder and its nbgrader
 configuration), :mod:`.gradebook`, :mod:`.synthetic` (scratch courses and classes
 for tests and benchmarks). :mod:`.errors` holds the one error every layer raises.
 """

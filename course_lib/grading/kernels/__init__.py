@@ -6,6 +6,9 @@
   its own namespaces) and its warm template (``_warm_template.py``), with the
   script that runs inside (``_sandbox_exec.py``).
 - :mod:`.execute`: nbgrader's Execute preprocessor on that kernel manager.
+- :mod:`.guard`: what a grading run leaves behind (processes, temporary folders)
+  goes with it, however the run ends, even killed; its standard-library part for
+  the scripts above (``_lifetime.py``).
 
 May import: :mod:`course_lib.grading.errors` and, for the grading edition the
 sandbox runs, :mod:`course_lib.grading.editions`. Nothing here knows assignments,
