@@ -70,9 +70,11 @@ book: setup
 
 # The tests run side by side (pytest-xdist), one worker more than the machine has
 # CPUs: many tests mostly wait (on kernels, subprocesses, time limits), and on 2
-# cores a third worker cut a fresh-clone run from 716 s to 648 s. Each test file
-# runs in one worker (its module fixtures are set up once); the built book is
-# shared (tests/conftest.py). PYTEST_JOBS=0 runs them all in this process.
+# cores a third worker cut a fresh-clone run from 716 s to 648 s (a fourth did not
+# help: 505 s against 477 s with three, later). Each test file runs in one worker
+# (its module fixtures are set up once), the files with slow tests first; the
+# built book is shared, and so are the pages the browser tests load (one worker
+# runs those files; tests/conftest.py). PYTEST_JOBS=0 runs them all in this process.
 PYTEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST_PARALLEL = -n $(PYTEST_JOBS) --dist loadfile
 
