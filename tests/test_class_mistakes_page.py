@@ -6,9 +6,10 @@ claims the page makes about ALiBi, the ex05 graders and the table, each checked 
   (``get_slopes``) keeps it for powers of two only and builds other head counts from the
   slopes of the largest power of two below and every other slope of twice that power.
   The two agree on powers of two and differ on 3, 5, 6, 7, 12, ... heads; the course
-  follows the code. With the code's rule the largest slope is not the first head's when
-  the head count is not a power of two (so the graders' ``reversed-heads`` sentences name
-  the rule's order, not the largest slope; they find the mistake at 8 and 4 heads).
+  follows the code. With the code's rule the largest slope is not the first head's
+  when the head count is not a power of two (so the graders' ``reversed-heads``
+  sentences name the rule's order, not the largest slope; they find the mistake at 8
+  and 4 heads).
 - The Bloom form +m_h j and ALiBi's -m_h |i - j|: never the same matrix (they agree only
   at the first query and key); under a causal mask the visible entries of row i differ
   by m_h i, so the softmax weights agree with each other and with a loop written from
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from zoo.ex05_alibi import slopes_from_zero, slopes_power_of_two_only, slopes_reversed
 
 from course_lib.alibi import alibi_bias, alibi_slopes
 from course_lib.checks import ex05_alibi as graders
@@ -230,18 +232,6 @@ def test_without_a_mask_the_forms_differ_in_every_row_but_the_last(n: int) -> No
 
 def slopes_right(n_heads):
     return torch.tensor(code_rule_slopes(n_heads), dtype=torch.float32)
-
-
-def slopes_power_of_two_only(n_heads):
-    return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
-
-
-def slopes_from_zero(n_heads):
-    return 2.0 ** (-8.0 * torch.arange(n_heads) / n_heads)
-
-
-def slopes_reversed(n_heads):
-    return slopes_right(n_heads).flip(0)
 
 
 def _bias_on(slopes):
