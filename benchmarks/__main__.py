@@ -41,6 +41,7 @@ SCRIPTS = {
     ),
     "book": ("Book build", "benchmarks.bench_book"),
     "autograde": ("Autograde throughput", "benchmarks.bench_autograde"),
+    "timeouts": ("What infinite loops cost a class", "benchmarks.bench_timeouts"),
 }
 
 
