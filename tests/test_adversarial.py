@@ -153,6 +153,23 @@ def _status(course):
         return read_status(gb, A)
 
 
+def _cell_outputs(course, student: str) -> dict[str, str]:
+    """What the graded cells printed in the student's graded notebook (an attack
+    that got points prints there what it reached)."""
+    path = course.autograded_dir / student / A / f"{A}.ipynb"
+    if not path.is_file():
+        return {}
+    out = {}
+    for cell in nbformat.read(str(path), as_version=4).cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if cell.cell_type == "code" and grade_id:
+            out[grade_id] = "".join(
+                o.get("text", "") or f"{o.get('ename')}: {o.get('evalue')}\n"
+                for o in cell.get("outputs", [])
+            )[-3000:]
+    return out
+
+
 def _cell_scores(course, student: str) -> dict[str, float]:
     with course.gradebook() as gb:
         sub = gb.find_submission(A, student)
@@ -211,7 +228,11 @@ def test_each_attack_gets_its_score_and_reason(graded, student):
     case = cases[student]
     row = _status(course)[student]
     scores = _cell_scores(course, student)
-    assert scores == {c: case.cells.get(c, 0) for c in CELLS}, (student, row)
+    assert scores == {c: case.cells.get(c, 0) for c in CELLS}, (
+        student,
+        row,
+        _cell_outputs(course, student),
+    )
     assert row.score == sum(case.cells.values())
     assert row.max_score == sum(POINTS.values())
     if case.ungradable:

@@ -182,6 +182,11 @@ def build_class(course_root: Path, targets: Targets) -> dict[str, Case]:
                     import socket
                     address = ("127.0.0.1", {t.port})
                     with socket.create_connection(address, timeout=3) as s:
+                        # only if it connected: where to (the test shows it)
+                        import os
+                        print("connected", os.readlink("/proc/self/ns/net"),
+                              s.getsockname(), s.getpeername(),
+                              open("/proc/net/tcp").read())
                         s.sendall(b"stolen")
                     """,
                 )
