@@ -147,6 +147,13 @@ def test_a_new_gradebook_is_stamped_without_running_alembic(
         gb.add_student("ada")
         stamped = gb.db.execute(sa.text("SELECT version_num FROM alembic_version"))
         assert stamped.scalars().all() == [heads[0]]
+    # and any other gradebook nbgrader creates in a course command's process (each
+    # autograde run's private template)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(sqlite_url(tmp_path / "template.db"), course.course_id) as gb:
+        stamped = gb.db.execute(sa.text("SELECT version_num FROM alembic_version"))
+        assert stamped.scalars().all() == [heads[0]]
 
 
 def test_autograde_before_release_says_what_to_do(course, capsys):

@@ -52,7 +52,6 @@ from .gradebook import (
     merge_submission,
     read_status,
     record_ungradable,
-    stamp_alembic_version,
     submission_scores,
     write_judgements,
     write_status,
@@ -491,7 +490,6 @@ def _spec(
     from nbgrader.api import Gradebook
 
     template = scratch / "template.db"
-    stamp_alembic_version(template, gb)
     with Gradebook(sqlite_url(template), course.course_id) as tgb:
         copy_assignment(gb, tgb, plan.assignment)
     n_workers = min(options.jobs, len(plan.jobs))

@@ -62,8 +62,9 @@ def _alembic_head() -> str:
 def _stamp_new_gradebooks_in_process() -> None:
     """nbgrader stamps a gradebook it creates with that revision, which it finds by
     running the ``alembic`` command: the one on ``PATH`` (missing without an
-    activated venv), a second of CPU for each new gradebook. Read it in this
-    process instead: the same revision, from the same scripts."""
+    activated venv), a second of CPU for each new gradebook (the course's, and each
+    autograde run's private template). Read it in this process instead: the same
+    revision, from the same scripts."""
     import nbgrader.api
 
     nbgrader.api.get_alembic_version = _alembic_head

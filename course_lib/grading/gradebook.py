@@ -31,7 +31,6 @@ __all__ = [
     "JUDGEMENT_FIELDS",
     "JUDGEMENT_TABLE",
     "STATUS_TABLE",
-    "stamp_alembic_version",
     "StatusRow",
     "copy_assignment",
     "merge_submission",
@@ -187,29 +186,6 @@ def read_judgements(gb, assignment: str) -> list[dict[str, str]]:
     out = [{k: v for k, v in dict(r).items() if k != "assignment"} for r in rows]
     gb.db.commit()
     return out
-
-
-def stamp_alembic_version(path, gb) -> None:
-    """Start an SQLite gradebook file at ``path`` with the schema version of ``gb``.
-
-    nbgrader stamps a new gradebook by running the ``alembic`` command (a second or
-    more); a private gradebook with the version row already present skips that."""
-    try:
-        version = gb.db.execute(
-            sa.text("SELECT version_num FROM alembic_version")
-        ).scalar()
-    except sa.exc.SQLAlchemyError:
-        gb.db.rollback()
-        return
-    if not version:
-        return
-    engine = sa.create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
-        )
-        conn.execute(sa.text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
-    engine.dispose()
 
 
 def copy_assignment(src, dst, assignment: str) -> None:
