@@ -197,7 +197,8 @@ def _bias_mistakes(n: int, seq_len: int) -> list[Mistake]:
         Mistake(
             _bias_from_slopes(_ref_alibi_slopes(n).flip(0), seq_len),
             "the slopes are assigned to the heads in reversed order: head h takes "
-            "alibi_slopes(n_heads)[h]",
+            "alibi_slopes(n_heads)[h], the rule's h-th slope (if your alibi_slopes "
+            "reverses them, fix alibi_slopes first)",
             "reversed-heads",
         ),
         Mistake(
