@@ -22,6 +22,7 @@ students:
 
 instructors (in the course folder, the one with nbgrader_config.py):
   course release all
+  course roster gradebook_export.csv
   course collect downloads.zip --assignment ex05
   course autograde ex05 --jobs 2
   course feedback ex05
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     quiet_opts, course_opts = _shared_options()
     _add_check(sub)
     _add_release(sub, quiet_opts, course_opts)
+    _add_roster(sub, quiet_opts, course_opts)
     _add_collect(sub, quiet_opts, course_opts)
     _add_autograde(sub, quiet_opts, course_opts)
     _add_feedback(sub, quiet_opts, course_opts)
@@ -228,6 +230,44 @@ def _add_collect(sub, quiet_opts, course_opts) -> None:
         help="take the student id from each file's path (inside the folder or zip) "
         "with this regular expression, which must match the whole path and have a "
         "group (?P<student>...), e.g. '(?P<student>[a-z]+)-ex05\\.ipynb'",
+    )
+    p.add_argument(
+        "--ids",
+        choices=("lms", "names"),
+        default="lms",
+        help="student ids of LMS downloads: the LMS's id (lms, the default: Canvas "
+        "user id, the roster's student for Moodle, Blackboard username) or the "
+        "name-based ids of earlier versions (names: smithdave, dave_smith), for a "
+        "class already graded with them",
+    )
+    p.add_argument(
+        "--max-file-size",
+        type=_memory,
+        metavar="SIZE",
+        help="largest notebook placed, e.g. 20M (default: nbgrader's "
+        "CourseDirectory.max_file_size, 100 MB); a larger file is not extracted",
+    )
+
+
+def _add_roster(sub, quiet_opts, course_opts) -> None:
+    """The ``course roster`` command."""
+    p = sub.add_parser(
+        "roster",
+        parents=[course_opts, quiet_opts],
+        help="add or update the students from the LMS's export",
+        description="Read a Canvas gradebook export, a Moodle grade export, a "
+        "Moodle grading worksheet (with --assignment) or a plain "
+        "id,first_name,last_name,email[,lms_user_id] file, and add or update the "
+        "gradebook's students with their names, emails and LMS ids (the ids "
+        "course collect gives LMS downloads). Rows that cannot be read are listed "
+        "with the reason.",
+    )
+    p.add_argument("file", type=Path, help="the CSV file the LMS exported")
+    p.add_argument(
+        "--assignment",
+        "-a",
+        help="the assignment of a Moodle grading worksheet (its participant ids "
+        "belong to that assignment)",
     )
 
 
@@ -413,10 +453,25 @@ def _cmd_release(args) -> int:
     return 0
 
 
+def _cmd_roster(args) -> int:
+    from .grading.roster import format_roster_report, load_roster
+
+    rep = load_roster(_course(args), args.file, assignment=args.assignment)
+    print(format_roster_report(rep, args.file))
+    return 0
+
+
 def _cmd_collect(args) -> int:
     from .grading.collect import collect
 
-    rep = collect(_course(args), args.source, args.assignment, pattern=args.pattern)
+    rep = collect(
+        _course(args),
+        args.source,
+        args.assignment,
+        pattern=args.pattern,
+        ids=args.ids,
+        max_file_size=args.max_file_size,
+    )
     print(
         f"{rep.assignment}: {len(rep.placed)} placed, {len(rep.unchanged)} unchanged, "
         f"{len(rep.not_placed)} not placed"
@@ -578,6 +633,7 @@ def _cmd_lab(args) -> int:
 _COMMANDS = {
     "check": _cmd_check,
     "release": _cmd_release,
+    "roster": _cmd_roster,
     "collect": _cmd_collect,
     "autograde": _cmd_autograde,
     "feedback": _cmd_feedback,

@@ -11,9 +11,9 @@ reads. The student id comes from the path:
 ``alice/ex05_alibi.ipynb``                                   ``<student>/<assignment>``
 ``alice/ex05_alibi/ex05_alibi.ipynb``                        nbgrader's own layout
 ``ex05_alibi/alice.ipynb``                                   ``<assignment>/<student>``
-``smithdave_12345_678901_ex05_alibi.ipynb``                  Canvas: ``smithdave``
+``smithdave_12345_678901_ex05_alibi.ipynb``                  Canvas: ``12345``
 ``smithdave_LATE_12345_678901_ex05_alibi-1.ipynb``           Canvas, late, resubmitted
-``Dave Smith_123456_assignsubmission_file_/ex05_alibi.ipynb``  Moodle: ``dave_smith``
+``Dave Smith_123456_assignsubmission_file_/ex05_alibi.ipynb``  Moodle: from the roster
 ``ex05_alibi_dsmith_attempt_2026-11-20-10-15-00_x.ipynb``    Blackboard: ``dsmith``
 ==========================================================  ==========================
 
@@ -21,20 +21,33 @@ The LMS formats: Canvas names each file ``<name>[_LATE]_<user id>_<submission id
 <uploaded file name>`` (``<name>`` is the student's sortable name in lower case without
 spaces; a re-upload gets ``-1``, ``-2`` before ``.ipynb``). Moodle's "download all
 submissions" puts each student's files in a folder ``<full name>_<participant id>_
-assignsubmission_file_`` (or, flattened, prefixes the file name with that); the id made
-from the full name is lower case with ``_`` between the words. Blackboard names
-each file ``<assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>_<file name>``, and
-adds a ``.txt`` receipt per attempt. To take another part as the id (Canvas's numeric
-user id, Moodle's participant id), give ``pattern``: a regular expression with a
-group ``(?P<student>...)``, matched against the whole path inside the folder or zip,
+assignsubmission_file_`` (or, flattened, prefixes the file name with that). Blackboard
+names each file ``<assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>_<file name>``,
+and adds a ``.txt`` receipt per attempt.
+
+The student id of an LMS download is the LMS's stable id, never a name
+(:mod:`.roster` says why each is stable): Canvas's user id; for Moodle, whose
+participant id changes from one assignment to the next, the roster student that the
+assignment's grading worksheet maps the participant id to, or else the one roster
+student of that full name (two roster students of one name: refused as ambiguous,
+nothing placed for them); Blackboard's username. The name is kept as the student's
+name in the gradebook when the roster gave none, and where each file came from is
+recorded (:class:`~.roster.LmsSource`). ``ids="names"`` keeps the name-based ids of
+earlier versions (``smithdave``, ``dave_smith``) for a class graded with them; files
+of different LMS users that would then share an id are all refused, never merged. To
+take another part of the path as the id, give ``pattern``: a regular expression with
+a group ``(?P<student>...)``, matched against the whole path inside the folder or zip,
 or else against the file name alone.
 
 Every file is accounted for: placed, unchanged (the same file was placed before), or
 not placed with the reason: not a notebook, a system or hidden file (``.DS_Store``,
 ``__MACOSX/``, ``.ipynb_checkpoints/``), an unsafe path (absolute, or with ``..``,
 which is never extracted), a symbolic link (never followed), a name that gives no
-student id or names another assignment, an invalid student id, or an older file of a
-student who has a newer one. Every placed student is added to the gradebook.
+student id or names another assignment, an invalid student id, an ambiguous one, an
+older file of a student who has a newer one, or a file larger than the cap
+(nbgrader's ``CourseDirectory.max_file_size``, 100 MB by default: checked on the size
+a zip entry declares and again while it is read, so a lying header stops at the cap
+and nothing of it is written). Every placed student is added to the gradebook.
 """
 
 from __future__ import annotations
@@ -43,13 +56,24 @@ import datetime as dt
 import re
 import shutil
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .course import Course, valid_student_id
 from .errors import CourseError
+from .roster import LmsSource, participant_students, record_source
 
-__all__ = ["CollectReport", "collect", "name_to_id", "student_from_path"]
+__all__ = [
+    "COLLECT_IDS",
+    "CollectReport",
+    "LmsName",
+    "collect",
+    "name_to_id",
+    "parse_lms_name",
+    "size_text",
+    "student_from_path",
+]
 
 _COPY_SUFFIX = re.compile(r" ?\(\d+\)$")  # "alice_ex05_alibi (1).ipynb" from browsers
 
@@ -70,7 +94,36 @@ class _Candidate:
     name: str  # path inside the folder or zip, for messages
     student: str
     mtime: float
-    read: object  # () -> bytes
+    read: Callable[[int], bytes]  # (cap in bytes) -> the file; _TooLarge past it
+    source: LmsSource | None = None
+    person: str = ""  # the name an LMS download gives (for a new student)
+
+
+class _TooLarge(Exception):
+    """A file turned out larger than the cap while it was read."""
+
+
+_CHUNK = 1 << 20
+
+
+def _read_capped(stream, cap: int) -> bytes:
+    """Read ``stream`` to its end, or raise :class:`_TooLarge` as soon as more than
+    ``cap`` bytes came: never more than ``cap`` plus one chunk in memory."""
+    chunks, size = [], 0
+    while chunk := stream.read(_CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise _TooLarge(size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def size_text(n: int) -> str:
+    """``1.5 MB``, ``3.2 GB``: a size in decimal units, as nbgrader's cap counts."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _system_file(parts: tuple[str, ...]) -> str | None:
@@ -86,7 +139,7 @@ def _system_file(parts: tuple[str, ...]) -> str | None:
 
 
 _CANVAS = re.compile(
-    r"^(?P<student>[a-z0-9]+)(?:_late)?_(?P<user>\d+)_(?P<sub>\d+)_(?P<file>.+)$",
+    r"^(?P<student>[a-z0-9]+)(?P<late>_late)?_(?P<user>\d+)_(?P<sub>\d+)_(?P<file>.+)$",
     re.IGNORECASE,
 )
 _MOODLE = re.compile(
@@ -126,21 +179,38 @@ def _other_assignment(file_stem: str, assignment: str) -> str | None:
     return None
 
 
-def _lms_student(path: str, assignment: str) -> tuple[str | None, str] | None:
-    """The student id of a Canvas, Moodle or Blackboard download name, ``None`` and
-    the reason when it names another assignment, or ``None`` when the path is in
-    none of those formats."""
+@dataclass(frozen=True)
+class LmsName:
+    """What an LMS download's file name says: the LMS, the person's name as the LMS
+    wrote it, the LMS's id in it (Canvas user id, Moodle participant id, Blackboard
+    username) and Canvas's ``_LATE`` flag."""
+
+    lms: str  # "canvas", "moodle" or "blackboard"
+    name: str
+    lms_id: str
+    late: bool = False
+
+
+def parse_lms_name(path: str, assignment: str) -> tuple[LmsName | None, str] | None:
+    """The :class:`LmsName` of a Canvas, Moodle or Blackboard download path, ``None``
+    and the reason when it names another assignment, or ``None`` when the path is
+    in none of those formats.
+
+    >>> parse_lms_name("liwei_LATE_111_222_ex05_alibi-1.ipynb", "ex05_alibi")
+    (LmsName(lms='canvas', name='liwei', lms_id='111', late=True), '')
+    """
     pure = PurePosixPath(path)
     stem = _COPY_SUFFIX.sub("", pure.stem)
-    found: tuple[str, str, str] | None = None  # (lms, student, uploaded file stem)
+    found: tuple[LmsName, str] | None = None  # (what it says, uploaded file stem)
     for folder in pure.parts[:-1]:  # Moodle: one folder per student
         m = _MOODLE.match(folder)
         if m and not m.group("file"):
-            found = ("Moodle", name_to_id(m.group("name")), stem)
+            found = (LmsName("moodle", m.group("name"), m.group("participant")), stem)
     if found is None:
         m = _MOODLE.match(stem)
         if m:
-            found = ("Moodle", name_to_id(m.group("name")), m.group("file"))
+            name = LmsName("moodle", m.group("name"), m.group("participant"))
+            found = (name, m.group("file"))
     if found is None:
         m = _BLACKBOARD.match(stem)
         if m:
@@ -151,25 +221,63 @@ def _lms_student(path: str, assignment: str) -> tuple[str | None, str] | None:
                 if head.startswith(prefix + "_") and len(head) > len(prefix) + 1:
                     student = head[len(prefix) + 1 :]
                     break
-            found = ("Blackboard", student, m.group("file") or "")
+            found = (LmsName("blackboard", student, student), m.group("file") or "")
     if found is None:
         m = _CANVAS.match(stem)
         if m:
-            found = ("Canvas", m.group("student").lower(), m.group("file"))
+            name = LmsName(
+                "canvas", m.group("student").lower(), m.group("user"), bool(m["late"])
+            )
+            found = (name, m.group("file"))
     if found is None:
         return None
-    lms, student, file_stem = found
+    lms_name, file_stem = found
     other = _other_assignment(_RESUBMISSION.sub("", file_stem), assignment)
     if other:
-        return None, f"a {lms} download of another assignment ({other})"
-    return student, ""
+        label = {"canvas": "Canvas", "moodle": "Moodle"}.get(lms_name.lms, "Blackboard")
+        return None, f"a {label} download of another assignment ({other})"
+    return lms_name, ""
+
+
+# how a Moodle download's (full name, participant id) becomes a student id
+MoodleResolver = Callable[[str, str], tuple[str | None, str]]
+
+
+def _no_roster(full_name: str, participant: str) -> tuple[str | None, str]:
+    return None, (
+        f"{full_name} (Moodle participant {participant}) is not on the roster: load "
+        "it first (course roster <Moodle grade export>), or this assignment's "
+        "grading worksheet (course roster <worksheet> --assignment ...)"
+    )
+
+
+def _lms_student(
+    lms_name: LmsName, ids: str, moodle: MoodleResolver
+) -> tuple[str | None, str]:
+    """The student id of an LMS download: the LMS's id (``ids="lms"``), or the
+    name-based id of earlier versions (``ids="names"``)."""
+    if ids == "names":
+        if lms_name.lms == "moodle":
+            return name_to_id(lms_name.name), ""
+        return lms_name.name, ""
+    if lms_name.lms == "moodle":
+        return moodle(lms_name.name, lms_name.lms_id)
+    return lms_name.lms_id, ""
 
 
 def student_from_path(
-    path: str, assignment: str, pattern: re.Pattern[str] | None = None
+    path: str,
+    assignment: str,
+    pattern: re.Pattern[str] | None = None,
+    *,
+    ids: str = "lms",
+    moodle: MoodleResolver = _no_roster,
 ) -> tuple[str | None, str]:
     """The student id a submission path names for ``assignment``, or ``None`` and the
-    reason; with ``pattern``, its group ``student`` (see the module docstring).
+    reason; with ``pattern``, its group ``student`` (see the module docstring). An
+    LMS download gives the LMS's id (``ids="lms"``; a Moodle download's student is
+    found by ``moodle(full name, participant id)``) or, with ``ids="names"``, the
+    name-based id of earlier versions.
 
     >>> student_from_path("alice_ex05_alibi.ipynb", "ex05_alibi")
     ('alice', '')
@@ -184,6 +292,10 @@ def student_from_path(
     >>> student_from_path("frank_ex04_rope.ipynb", "ex05_alibi")[0] is None
     True
     >>> student_from_path("smithdave_12345_678901_ex05_alibi.ipynb", "ex05_alibi")
+    ('12345', '')
+    >>> student_from_path(
+    ...     "smithdave_12345_678901_ex05_alibi.ipynb", "ex05_alibi", ids="names"
+    ... )
     ('smithdave', '')
     """
     if pattern is not None:
@@ -196,9 +308,12 @@ def student_from_path(
         if not valid_student_id(candidate):
             return None, f"{candidate!r} is not a valid student id"
         return candidate, ""
-    lms = _lms_student(path, assignment)
+    lms = parse_lms_name(path, assignment)
     if lms is not None:
-        candidate, why = lms
+        lms_name, why = lms
+        if lms_name is None:
+            return None, why
+        candidate, why = _lms_student(lms_name, ids, moodle)
         if candidate is None:
             return None, why
         if not valid_student_id(candidate):
@@ -259,10 +374,23 @@ def _scan(
     assignment: str,
     report: CollectReport,
     pattern: re.Pattern[str] | None,
+    *,
+    ids: str,
+    moodle: MoodleResolver,
+    cap: int,
 ) -> list[_Candidate]:
     found: list[_Candidate] = []
 
-    def consider(name: str, mtime: float, read) -> None:
+    def too_large(name: str, size: int) -> None:
+        report.not_placed.append(
+            (
+                name,
+                f"{size_text(size)}, larger than the cap of {size_text(cap)} per file "
+                "(CourseDirectory.max_file_size, or --max-file-size); not extracted",
+            )
+        )
+
+    def consider(name: str, mtime: float, size: int, read) -> None:
         if _unsafe(name):
             report.not_placed.append(
                 (name, "unsafe path (it points outside the folder); not extracted")
@@ -275,11 +403,22 @@ def _scan(
         if not name.endswith(".ipynb"):
             report.not_placed.append((name, "not a notebook (.ipynb)"))
             return
-        student, why = student_from_path(name, assignment, pattern)
+        student, why = student_from_path(
+            name, assignment, pattern, ids=ids, moodle=moodle
+        )
         if student is None:
             report.not_placed.append((name, why))
             return
-        found.append(_Candidate(name, student, mtime, read))
+        if size > cap:  # the declared size (a zip's header can lie: read is capped)
+            too_large(name, size)
+            return
+        lms = None if pattern is not None else parse_lms_name(name, assignment)
+        source = person = None
+        if lms is not None and lms[0] is not None:
+            n = lms[0]
+            source = LmsSource(n.lms, name, n.lms_id, n.late)
+            person = n.name
+        found.append(_Candidate(name, student, mtime, read, source, person or ""))
 
     if source.is_dir():
         for file in sorted(source.rglob("*")):
@@ -287,7 +426,13 @@ def _scan(
             if file.is_symlink():
                 report.not_placed.append((rel, "a symbolic link; not followed"))
             elif file.is_file():
-                consider(rel, file.stat().st_mtime, file.read_bytes)
+                stat = file.stat()
+
+                def read(limit: int, file=file) -> bytes:
+                    with file.open("rb") as fh:
+                        return _read_capped(fh, limit)
+
+                consider(rel, stat.st_mtime, stat.st_size, read)
             elif not file.is_dir():
                 report.not_placed.append((rel, "not a regular file"))
     elif zipfile.is_zipfile(source):
@@ -304,10 +449,64 @@ def _scan(
                 )
                 continue
             when = dt.datetime(*info.date_time, tzinfo=dt.UTC).timestamp()
-            consider(info.filename, when, lambda n=info.filename: archive.read(n))
+
+            def read(limit: int, info=info) -> bytes:
+                with archive.open(info) as fh:
+                    return _read_capped(fh, limit)
+
+            consider(info.filename, when, info.file_size, read)
     else:
         raise CourseError(f"{source} is neither a folder nor a zip file")
     return found
+
+
+def _moodle_resolver(gb, assignment: str) -> MoodleResolver:
+    """Find a Moodle download's student: by the participant id of this assignment's
+    grading worksheet, else by the full name, which must be one roster student's."""
+    by_participant = participant_students(gb, assignment)
+    by_name: dict[str, list[str]] = {}
+    for s in gb.students:
+        full = name_to_id(f"{s.first_name or ''} {s.last_name or ''}")
+        if full:
+            by_name.setdefault(full, []).append(s.id)
+
+    def resolve(full_name: str, participant: str) -> tuple[str | None, str]:
+        if participant in by_participant:
+            return by_participant[participant], ""
+        matches = by_name.get(name_to_id(full_name), [])
+        if len(matches) == 1:
+            return matches[0], ""
+        if len(matches) > 1:
+            return None, (
+                f"{full_name} (Moodle participant {participant}) is ambiguous: "
+                f"{len(matches)} roster students have this name "
+                f"({', '.join(matches)}); "
+                "load this assignment's grading worksheet (course roster <worksheet> "
+                "--assignment ...), which gives each participant id its student"
+            )
+        return _no_roster(full_name, participant)
+
+    return resolve
+
+
+def _ambiguous(cands: list[_Candidate]) -> str | None:
+    """Why files that give one student id must not be merged: they come from
+    different LMS users (possible with ``ids="names"``: two Canvas users named Li
+    Wei), or ``None``."""
+    users = sorted({c.source.lms_id for c in cands if c.source is not None})
+    if len(users) < 2:
+        return None
+    lms = {"canvas": "Canvas users", "moodle": "Moodle participants"}.get(
+        cands[0].source.lms, "LMS users"
+    )
+    return (
+        f"{len(users)} different {lms} ({', '.join(users)}) give the student id "
+        f"{cands[0].student}; none of their files is placed: collect with the LMS's "
+        "ids (--ids lms, the default) or give --pattern"
+    )
+
+
+COLLECT_IDS = ("lms", "names")
 
 
 def collect(
@@ -316,13 +515,20 @@ def collect(
     assignment: str,
     *,
     pattern: str | re.Pattern[str] | None = None,
+    ids: str = "lms",
+    max_file_size: int | None = None,
 ) -> CollectReport:
     """Place the submissions in ``source`` (folder or zip) for ``assignment``;
     ``pattern``: a regular expression with a group ``(?P<student>...)`` that takes
-    the student id from each path (see the module docstring)."""
+    the student id from each path (see the module docstring); ``ids``: ``"lms"``
+    (an LMS download's student is the LMS's id) or ``"names"`` (the name-based ids
+    of earlier versions, for a class graded with them); ``max_file_size``: the cap
+    per file in bytes (default: nbgrader's ``CourseDirectory.max_file_size``)."""
     source = Path(source)
     if not source.exists():
         raise CourseError(f"{source} does not exist")
+    if ids not in COLLECT_IDS:
+        raise CourseError(f"--ids must be one of {', '.join(COLLECT_IDS)}, not {ids!r}")
     if isinstance(pattern, str):
         try:
             pattern = re.compile(pattern)
@@ -332,6 +538,9 @@ def collect(
         raise CourseError(
             "--pattern needs a named group for the student id: (?P<student>...)"
         )
+    cap = course.max_file_size() if max_file_size is None else max_file_size
+    if cap <= 0:
+        raise CourseError(f"the file size cap must be positive, not {cap}")
     known: list[str] = []
     if course.gradebook_exists():  # a wrong name must not create a gradebook
         with course.gradebook() as gb:
@@ -340,22 +549,50 @@ def collect(
         assignment, known=known + course.source_assignments()
     )
     report = CollectReport(assignment)
+    moodle: MoodleResolver = _no_roster
+    if course.gradebook_exists():
+        with course.gradebook() as gb:
+            moodle = _moodle_resolver(gb, assignment)
+    groups: dict[str, list[_Candidate]] = {}
+    for cand in _scan(
+        source, assignment, report, pattern, ids=ids, moodle=moodle, cap=cap
+    ):
+        groups.setdefault(cand.student, []).append(cand)
     chosen: dict[str, _Candidate] = {}
-    for cand in _scan(source, assignment, report, pattern):
-        other = chosen.get(cand.student)
-        if other is None:
-            chosen[cand.student] = cand
+    for student, cands in groups.items():
+        why = _ambiguous(cands)
+        if why:
+            report.not_placed += [(c.name, why) for c in cands]
             continue
-        newer, older = (cand, other) if cand.mtime > other.mtime else (other, cand)
-        chosen[cand.student] = newer
-        report.not_placed.append(
-            (older.name, f"{cand.student} has a newer file: {newer.name}")
-        )
+        newest = max(cands, key=lambda c: c.mtime)
+        chosen[student] = newest
+        for c in cands:
+            if c is not newest:
+                report.not_placed.append(
+                    (c.name, f"{student} has a newer file: {newest.name}")
+                )
+    placed: list[str] = []
     for student in sorted(chosen):
         cand = chosen[student]
         folder = course.submitted_dir / student / assignment
         target = folder / f"{assignment}.ipynb"
-        data = cand.read()
+        try:
+            data = cand.read(cap)
+        except _TooLarge as exc:
+            report.not_placed.append(
+                (
+                    cand.name,
+                    f"larger than its zip entry declares: more than {size_text(cap)} "
+                    f"(the cap per file) after {size_text(exc.args[0])}; not extracted",
+                )
+            )
+            continue
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            report.not_placed.append(
+                (cand.name, f"could not be read from the download ({exc}); not placed")
+            )
+            continue
+        placed.append(student)
         stamp = dt.datetime.fromtimestamp(cand.mtime, dt.UTC)
         timestamp = stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
         stamp_file = folder / "timestamp.txt"
@@ -374,6 +611,21 @@ def collect(
         stamp_file.write_text(timestamp + "\n")
         report.placed.append((student, cand.name, str(target.relative_to(course.root))))
     with course.gradebook() as gb:
-        for student in chosen:
-            gb.update_or_create_student(student)
+        existing = {s.id: s for s in gb.students}
+        for student in placed:
+            cand = chosen[student]
+            fields = {}
+            old = existing.get(student)
+            if cand.source is not None and cand.source.lms == "canvas":
+                if ids == "lms" or cand.source.lms_id:
+                    fields["lms_user_id"] = cand.source.lms_id
+                if old is None or not (old.first_name or old.last_name):
+                    # Canvas's file name holds the sortable name without spaces
+                    fields["last_name"] = cand.person
+            elif cand.source is not None and cand.source.lms == "moodle":
+                if old is None or not (old.first_name or old.last_name):
+                    first, _, last = cand.person.rpartition(" ")
+                    fields["first_name"], fields["last_name"] = first or None, last
+            gb.update_or_create_student(student, **fields)
+            record_source(gb, assignment, student, cand.source)
     return report

@@ -153,6 +153,17 @@ class Course:
     def course_id(self) -> str:
         return str(self._config.CourseDirectory.get("course_id") or "default_course")
 
+    def max_file_size(self) -> int:
+        """The cap on one submitted file, in bytes: nbgrader's
+        ``CourseDirectory.max_file_size`` (kilobytes of 1000 bytes, as nbgrader's
+        ``ignore_patterns`` counts them; default 100000, 100 MB)."""
+        from nbgrader.coursedir import CourseDirectory
+
+        kb = self._config.CourseDirectory.get("max_file_size")
+        if kb is None:
+            kb = CourseDirectory.max_file_size.default_value
+        return int(kb) * 1000
+
     @property
     def cell_timeout(self) -> int | None:
         """The per-cell execution timeout in seconds from the configuration."""

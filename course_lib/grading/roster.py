@@ -149,7 +149,7 @@ def participant_students(gb, assignment: str) -> dict[str, str]:
     return out
 
 
-# --- reading an LMS's export -----------------------------------------------------------
+# --- reading an LMS's export ----------------------------------------------------------
 
 
 @dataclass
@@ -243,7 +243,10 @@ def _row(kind: str, cell, line: int) -> tuple[RosterRow | None, str]:
             who = cell("full name")
             first, last = _split_full_name(who)
         if not email:
-            return None, f"{who or 'a row'}: no email address (the student id in Moodle)"
+            return (
+                None,
+                f"{who or 'a row'}: no email address (the student id in Moodle)",
+            )
         student = _moodle_id(email)
         if not valid_student_id(student):
             return None, f"{who}: {email!r} cannot be a student id"
@@ -364,7 +367,9 @@ def load_roster(
                 report.updated.append(row.id)
             else:
                 report.added.append(row.id)
-            gb.update_or_create_student(row.id, **{k: v or None for k, v in new.items()})
+            gb.update_or_create_student(
+                row.id, **{k: v or None for k, v in new.items()}
+            )
         if report.kind == "moodle-worksheet":
             _ensure(gb)
             for row in report.rows:
@@ -401,7 +406,7 @@ def format_roster_report(report: RosterReport, path: str | Path) -> str:
     ]
     if report.mapped:
         lines.append(
-            f"  {len(report.mapped)} Moodle participant ids recorded for this assignment"
+            f"  {len(report.mapped)} Moodle participant ids recorded for the assignment"
         )
     if report.problems:
         lines.append(f"Not read ({len(report.problems)}):")
