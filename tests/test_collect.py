@@ -30,30 +30,68 @@ def _nb_bytes(tag: str) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "path, student",
+    "path, lms_id, by_name",
     [
         # Canvas: <name>[_LATE]_<user id>_<submission id>_<uploaded file name>
-        ("smithdave_12345_678901_ex05_alibi.ipynb", "smithdave"),
-        ("smithdave_LATE_12345_678901_ex05_alibi.ipynb", "smithdave"),
-        ("smithdave_late_12345_678901_ex05_alibi-2.ipynb", "smithdave"),
-        ("smithdave_12345_678901_my homework.ipynb", "smithdave"),
-        # Moodle: a folder per student, or the same prefix on the file
-        (
-            "Dave Smith_123456_assignsubmission_file_/ex05_alibi.ipynb",
-            "dave_smith",
-        ),
-        ("Zoë Brontë_42_assignsubmission_file_ex05_alibi.ipynb", "zoe_bronte"),
+        ("smithdave_12345_678901_ex05_alibi.ipynb", "12345", "smithdave"),
+        ("smithdave_LATE_12345_678901_ex05_alibi.ipynb", "12345", "smithdave"),
+        ("smithdave_late_12345_678901_ex05_alibi-2.ipynb", "12345", "smithdave"),
+        ("smithdave_12345_678901_my homework.ipynb", "12345", "smithdave"),
         # Blackboard: <assignment>_<username>_attempt_<date>_<file name>
         (
             "ex05_alibi_dsmith_attempt_2026-11-20-10-15-00_ex05_alibi.ipynb",
             "dsmith",
+            "dsmith",
         ),
-        ("ex05_alibi_d_smith_attempt_2026-11-20-10-15-00_x.ipynb", "d_smith"),
-        ("Exercise5_dsmith_attempt_2026-11-20-10-15-00_ex05.ipynb", "dsmith"),
+        (
+            "ex05_alibi_d_smith_attempt_2026-11-20-10-15-00_x.ipynb",
+            "d_smith",
+            "d_smith",
+        ),
+        (
+            "Exercise5_dsmith_attempt_2026-11-20-10-15-00_ex05.ipynb",
+            "dsmith",
+            "dsmith",
+        ),
     ],
 )
-def test_lms_download_names(path, student):
-    assert student_from_path(path, A) == (student, "")
+def test_lms_download_names(path, lms_id, by_name):
+    assert student_from_path(path, A) == (lms_id, "")
+    assert student_from_path(path, A, ids="names") == (by_name, "")
+
+
+@pytest.mark.parametrize(
+    "path, full_name, participant, by_name",
+    [
+        # Moodle: a folder per student, or the same prefix on the file
+        (
+            "Dave Smith_123456_assignsubmission_file_/ex05_alibi.ipynb",
+            "Dave Smith",
+            "123456",
+            "dave_smith",
+        ),
+        (
+            "Zoë Brontë_42_assignsubmission_file_ex05_alibi.ipynb",
+            "Zoë Brontë",
+            "42",
+            "zoe_bronte",
+        ),
+    ],
+)
+def test_moodle_download_names(path, full_name, participant, by_name):
+    asked = []
+
+    def roster(name, number):
+        asked.append((name, number))
+        return "someone@example.org", ""
+
+    assert student_from_path(path, A, moodle=roster) == ("someone@example.org", "")
+    assert asked == [(full_name, participant)]
+    student, why = student_from_path(path, A)  # no roster: refused, with the fix
+    assert student is None
+    assert f"Moodle participant {participant}) is not on the roster" in why
+    assert "course roster" in why
+    assert student_from_path(path, A, ids="names") == (by_name, "")
 
 
 @pytest.mark.parametrize(
@@ -116,9 +154,9 @@ def test_every_file_of_a_zip_is_accounted_for(course, tmp_path, capsys):
     reasons = dict(report.not_placed)
     # every entry exactly once
     assert sorted([*placed, *reasons]) == sorted(entries)
-    assert placed == {
-        "smithdave_12345_678901_ex05_alibi.ipynb": "smithdave",
-        "jonesann_LATE_222_333_ex05_alibi-1.ipynb": "jonesann",
+    assert placed == {  # Canvas's user ids
+        "smithdave_12345_678901_ex05_alibi.ipynb": "12345",
+        "jonesann_LATE_222_333_ex05_alibi-1.ipynb": "222",
     }
     assert "unsafe path" in reasons["../../x_ex05_alibi.ipynb"]
     assert "unsafe path" in reasons["/abs/y_ex05_alibi.ipynb"]
@@ -130,10 +168,7 @@ def test_every_file_of_a_zip_is_accounted_for(course, tmp_path, capsys):
     # nothing was written outside the course's submitted/ folder
     assert not (tmp_path / "x_ex05_alibi.ipynb").exists()
     assert not any(p.name.startswith("x_") for p in tmp_path.rglob("*"))
-    assert sorted(p.name for p in course.submitted_dir.iterdir()) == [
-        "jonesann",
-        "smithdave",
-    ]
+    assert sorted(p.name for p in course.submitted_dir.iterdir()) == ["12345", "222"]
     again = collect(course, archive, "ex05")
     assert not again.placed and len(again.unchanged) == 2
     assert sorted([*(s for _, s in again.unchanged), *dict(again.not_placed)]) == (
@@ -152,7 +187,7 @@ def test_folder_duplicates_and_links_are_listed(course, tmp_path):
         path.write_bytes(_nb_bytes(tag))
         os.utime(path, (when, when))
     (inbox / "link_ex05_alibi.ipynb").symlink_to(a)
-    report = collect(course, inbox, "ex05")
+    report = collect(course, inbox, "ex05", ids="names")  # the rule before LMS ids
     assert [(s, src) for s, src, _ in report.placed] == [
         ("ann_jones", a.relative_to(inbox).as_posix())
     ]

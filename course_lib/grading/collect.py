@@ -587,7 +587,16 @@ def collect(
                 )
             )
             continue
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        except zipfile.BadZipFile as exc:
+            report.not_placed.append(
+                (
+                    cand.name,
+                    "the zip entry is damaged, or its header lies about its size "
+                    f"({exc}); not placed",
+                )
+            )
+            continue
+        except (OSError, EOFError) as exc:
             report.not_placed.append(
                 (cand.name, f"could not be read from the download ({exc}); not placed")
             )

@@ -19,8 +19,9 @@ students with the same name stay two students:
   assignment. The bridge between the two is the assignment's *grading worksheet*
   (*Download grading worksheet*, from the offline grading worksheet feedback type),
   whose ``Identifier`` column is ``Participant <participant id>`` beside the
-  ``Email address`` (``assign_feedback_offline`` writes it with
-  ``get_string('hiddenuser', 'assign') . $uniqueid``). ``course roster worksheet.csv
+  ``Email address`` (the grading table's ``col_recordid`` in
+  ``mod/assign/gradingtable.php`` writes ``get_string('hiddenuser', 'assign')``,
+  "Participant ", before the same unique id). ``course roster worksheet.csv
   --assignment ex05`` records that mapping; without it, ``course collect`` finds a
   Moodle download's student on the roster by full name, and refuses a name that two
   roster students share.
