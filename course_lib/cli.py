@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_feedback(sub, quiet_opts, course_opts)
     _add_report(sub, quiet_opts, course_opts)
     _add_publish(sub)
+    _add_doctor(sub)
     _add_lab(sub)
     return parser
 
@@ -403,6 +404,17 @@ def _add_publish(sub) -> None:
     )
 
 
+def _add_doctor(sub) -> None:
+    """The ``course doctor`` command."""
+    sub.add_parser(
+        "doctor",
+        help="check that this machine can grade: Linux, bubblewrap, unprivileged "
+        "user namespaces (and Ubuntu's AppArmor restriction), a working test "
+        "sandbox, the grading packages; one line per check, with its fix "
+        "(exit 1 when grading cannot run)",
+    )
+
+
 def _add_lab(sub) -> None:
     """The ``course lab`` command."""
     p = sub.add_parser(
@@ -593,6 +605,14 @@ def _cmd_publish(args) -> int:
     return 0
 
 
+def _cmd_doctor(args) -> int:
+    from .grading.kernels.doctor import diagnose, format_report, gather, ready
+
+    checks = diagnose(gather())
+    print(format_report(checks))
+    return 0 if ready(checks) else 1
+
+
 def _cmd_lab(args) -> int:
     try:
         module = importlib.import_module("course_lib.experiments.__main__")
@@ -640,6 +660,7 @@ _COMMANDS = {
     "report": _cmd_report,
     "lab": _cmd_lab,
     "publish": _cmd_publish,
+    "doctor": _cmd_doctor,
 }
 
 
