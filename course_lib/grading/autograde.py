@@ -58,6 +58,7 @@ from .gradebook import (
 )
 from .kernels.guard import owned_tempdir
 from .kernels.start import KernelLauncher, KernelLimits, RlimitLauncher, format_bytes
+from .late import apply_penalties
 
 __all__ = ["AutogradeOptions", "AutogradeSummary", "Outcome", "autograde"]
 
@@ -615,6 +616,9 @@ class _Merger:
         dest = self.course.autograded_dir / job.student / assignment
         if status == "graded":
             merge_submission(self.gb, assignment, job.student, out["grades"])
+            # the penalty on the course gradebook's score, hand grades included,
+            # as nbgrader autograde computes it (the private one has none)
+            apply_penalties(self.gb, assignment, self.course.config, [job.student])
         else:
             stamp = _read_timestamp(Path(job.submission))
             record_ungradable(self.gb, assignment, job.student, stamp)

@@ -240,14 +240,18 @@ def assignment_fingerprint_parts(gb, assignment: str) -> list[str]:
 def late_policy_parts(gb, assignment: str, config) -> list[str]:
     """What nbgrader's late penalty of ``assignment`` depends on, besides each
     submission's timestamp: the due date in the gradebook, every student's extension,
-    and the late-submission settings of the configuration (``penalty_method`` of
-    ``LateSubmissionPlugin`` and the plugin class of ``AssignLatePenalties``)."""
+    and the late-submission settings of the configuration: the sections of
+    ``AssignLatePenalties`` and of every class its plugin is built from
+    (``LateSubmissionPlugin``, ``PercentPerDay``, ...: see
+    :func:`.late.policy_sections`)."""
+    from .late import policy_sections
+
     a = gb.find_assignment(assignment)
     parts = [f"duedate/{a.duedate.isoformat() if a.duedate else None}"]
     for sub in gb.assignment_submissions(assignment):
         if sub.extension is not None:
             parts.append(f"extension/{sub.student_id}/{sub.extension.total_seconds()}")
-    for section in ("LateSubmissionPlugin", "AssignLatePenalties"):
+    for section in policy_sections(config):
         values = config[section] if section in config else {}
         parts += [f"{section}.{k}={values[k]!r}" for k in sorted(values)]
     return sorted(parts)
