@@ -2,6 +2,7 @@
 #
 #   make book   create .venv, install everything, build the book into _build/html
 #   make test   create .venv and the system packages the tests need, run every test
+#   make grading-setup   an instructor's machine: bubblewrap, then `course doctor`
 #
 # Each target does its own set-up; on a machine that is already set up the installs
 # are skipped (they are keyed on pyproject.toml and constraints.txt).
@@ -25,7 +26,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: help setup book test test-fast lint bench release notebooks lab clean
 
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,9p' Makefile
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; this course needs Python 3.11 (set PYTHON=...)"; exit 1; }
@@ -60,6 +61,18 @@ $(SYSTEM_STAMP):
 	touch $(SYSTEM_STAMP)
 
 setup: $(STAMP) $(MATHJAX)
+
+# An instructor's machine for grading: the course venv, bubblewrap (Debian, Ubuntu;
+# elsewhere course doctor names the package), then `course doctor`, which checks
+# user namespaces, Ubuntu's AppArmor restriction, a test sandbox and the packages,
+# prints the one-line fix of whatever is missing and fails when grading cannot run.
+.PHONY: grading-setup
+grading-setup: setup
+	@if command -v dpkg >/dev/null && ! dpkg -s bubblewrap >/dev/null 2>&1; then \
+	  echo "installing the Debian package bubblewrap (the grading sandbox)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap >/dev/null; \
+	fi
+	$(BIN)/course doctor
 
 book: setup
 	$(BIN)/python -m course_lib.grading.editions.launch
