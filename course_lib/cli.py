@@ -24,6 +24,7 @@ instructors (in the course folder, the one with nbgrader_config.py):
   course release all
   course roster gradebook_export.csv
   course collect downloads.zip --assignment ex05
+  course extend alice ex05 --days 2
   course autograde ex05 --jobs 2
   course feedback ex05
   course report ex05
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_release(sub, quiet_opts, course_opts)
     _add_roster(sub, quiet_opts, course_opts)
     _add_collect(sub, quiet_opts, course_opts)
+    _add_extend(sub, course_opts)
     _add_autograde(sub, quiet_opts, course_opts)
     _add_feedback(sub, quiet_opts, course_opts)
     _add_report(sub, quiet_opts, course_opts)
@@ -380,6 +382,63 @@ def _add_report(sub, quiet_opts, course_opts) -> None:
     )
 
 
+def _non_negative(text: str) -> float:
+    """A number of days or hours for ``course extend``: finite, not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0 or value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number, got {text} (to take an extension "
+            "back: --clear)"
+        )
+    return value
+
+
+def _add_extend(sub, course_opts) -> None:
+    """The ``course extend`` command."""
+    p = sub.add_parser(
+        "extend",
+        parents=[course_opts],
+        help="give a student more time on an assignment (nbgrader's extension), or "
+        "list the extensions (--list ASSIGNMENT)",
+        description="Record an extension in the gradebook "
+        "(SubmittedAssignment.extension): the student's due date becomes the "
+        "assignment's due date plus the extension, and nbgrader's late penalty "
+        "counts from there. A new extension replaces the old one (they do not add "
+        "up). A graded submission's late penalty is computed again at once; course "
+        "autograde also regrades it. Dates are UTC unless they name a zone, as "
+        "nbgrader reads due dates.",
+    )
+    p.add_argument("student", nargs="?", help="student id")
+    p.add_argument("assignment", nargs="?", help="assignment id or prefix")
+    p.add_argument(
+        "--days", type=_non_negative, metavar="N", help="days after the due date"
+    )
+    p.add_argument(
+        "--hours",
+        type=_non_negative,
+        metavar="N",
+        help="hours after the due date (added to --days)",
+    )
+    p.add_argument(
+        "--until",
+        metavar="DATE",
+        help="the student's own due date, e.g. '2026-11-22 12:00:00 UTC'",
+    )
+    p.add_argument(
+        "--clear", action="store_true", help="take the student's extension back"
+    )
+    p.add_argument(
+        "--list",
+        metavar="ASSIGNMENT",
+        dest="list_assignment",
+        help="list the extensions of ASSIGNMENT (due dates, submission times, "
+        "penalties)",
+    )
+
+
 def _add_publish(sub) -> None:
     """The ``course publish`` command."""
     p = sub.add_parser(
@@ -586,6 +645,43 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_extend(args) -> int:
+    from .grading import late
+    from .grading.errors import CourseError
+
+    if args.list_assignment:
+        if args.student or args.days or args.hours or args.until or args.clear:
+            raise CourseError("--list ASSIGNMENT takes no student and no amount")
+        print(
+            late.format_extensions(
+                *late.list_extensions(_course(args), args.list_assignment)
+            )
+        )
+        return 0
+    if not (args.student and args.assignment):
+        raise CourseError(
+            "give a student and an assignment (course extend alice ex05 --days 2), "
+            "or --list ASSIGNMENT"
+        )
+    amounts = [args.days is not None or args.hours is not None, bool(args.until)]
+    if sum(amounts) + args.clear != 1:
+        raise CourseError(
+            "give how long: --days N and/or --hours N, or --until DATE, or --clear"
+        )
+    if not args.clear and not args.until and not (args.days or args.hours):
+        raise CourseError("an extension of 0 is none: to take one back, --clear")
+    result = late.grant_extension(
+        _course(args),
+        args.student,
+        args.assignment,
+        days=args.days,
+        hours=args.hours,
+        until=args.until,
+    )
+    print(late.format_grant(result))
+    return 0
+
+
 def _cmd_publish(args) -> int:
     from .grading.editions.publish import publish
 
@@ -655,6 +751,7 @@ _COMMANDS = {
     "release": _cmd_release,
     "roster": _cmd_roster,
     "collect": _cmd_collect,
+    "extend": _cmd_extend,
     "autograde": _cmd_autograde,
     "feedback": _cmd_feedback,
     "report": _cmd_report,

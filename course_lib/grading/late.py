@@ -52,7 +52,9 @@ import dataclasses
 import datetime as dt
 import difflib
 import math
+import warnings
 
+import sqlalchemy as sa
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Float, TraitError, validate
 
@@ -72,6 +74,7 @@ __all__ = [
     "format_grant",
     "grant_extension",
     "list_extensions",
+    "lms_disagreements",
     "notebook_penalty",
     "policy_sections",
     "stale_penalties",
@@ -272,6 +275,39 @@ def apply_penalties(
     return changes
 
 
+def lms_disagreements(gb, assignment: str, sources: dict) -> list[tuple[str, str]]:
+    """``(student, what disagrees)`` for every submission whose Canvas file carried
+    the ``_LATE`` flag while its timestamp is not after the student's due date
+    (with the extension), or the reverse. ``sources``: student ->
+    ``roster.LmsSource`` (what ``course collect`` recorded). Canvas judged against
+    its own due date and overrides; the timestamp is the file's time in the
+    download, so either may be the wrong one: the instructor checks."""
+    a = gb.find_assignment(assignment)
+    if a.duedate is None:
+        return []
+    out = []
+    for sub in gb.assignment_submissions(assignment):
+        source = sources.get(sub.student_id)
+        if source is None or source.lms != "canvas" or sub.timestamp is None:
+            continue
+        late = sub.total_seconds_late > 0
+        if late == bool(source.late):
+            continue
+        due = f"the due date {_utc(sub.duedate)}"
+        if sub.extension is not None:
+            due += f" (with a {format_duration(sub.extension)} extension)"
+        when = f"its time {_utc(sub.timestamp)}"
+        if source.late:
+            text = f"Canvas marked {source.path} late, but {when} is not after {due}"
+        else:
+            text = (
+                f"{when} is {format_duration(sub.total_seconds_late)} after {due}, "
+                f"but Canvas did not mark {source.path} late"
+            )
+        out.append((sub.student_id, text))
+    return sorted(out)
+
+
 # --------------------------------------------------------------------------------------
 # course extend
 
@@ -380,7 +416,11 @@ def grant_extension(
         _check_student(gb, student)
         extension = _extension(a.duedate, days, hours, until)
         created = student not in {s.student_id for s in a.submissions}
-        sub = gb.update_or_create_submission(assignment, student)
+        with warnings.catch_warnings():
+            # nbgrader builds the new row's notebooks before adding them to the
+            # session; SQLAlchemy warns at each autoflush in between
+            warnings.simplefilter("ignore", sa.exc.SAWarning)
+            sub = gb.update_or_create_submission(assignment, student)
         before = _lateness(sub)
         if extension is None and awaiting_submission(sub):
             # no extension left on a row that only carried one: no row at all

@@ -191,9 +191,13 @@ def _result(gb, assignment, student, status, collected) -> AssignmentResult:
     """One student's :class:`AssignmentResult` on ``assignment``."""
     from nbgrader.api import MissingEntry
 
+    from .late import awaiting_submission
+
     try:
         sub = gb.find_submission(assignment, student)
     except MissingEntry:
+        sub = None
+    if sub is None or awaiting_submission(sub):  # (an extension only: course extend)
         if student in collected:
             return AssignmentResult(
                 NOT_GRADED_YET,

@@ -9,6 +9,12 @@ Writes into ``reports/<assignment>/`` (or another folder):
   Scores are those of ``nbgrader export``: ``raw_score`` minus the
   ``late_penalty`` that nbgrader's late-submission plugin gave (from the due date,
   the student's extension and the submission's timestamp), never below zero.
+  ``extension_seconds`` is the student's extension (``course extend``); a student
+  with an extension and nothing handed in yet is "no submission". The printed
+  report lists the penalties that no longer match what the late-submission plugin
+  gives on the current score (:func:`.late.stale_penalties`), and the students
+  whose Canvas file carried the ``_LATE`` flag while the timestamp is not after
+  their due date, or the reverse (:func:`.late.lms_disagreements`).
   A cell that awaits a hand grade reads "needs manual grade" (it is not a failure;
   the score so far counts it as 0, as nbgrader does); once graded by hand in the
   formgrader or through the nbgrader API, its manual score counts.
@@ -53,6 +59,10 @@ class GradeReport:
     ungradable: list[tuple[str, str]]
     mistakes: list[MistakeCount] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
+    # late penalties no longer what the plugin gives on the current score
+    stale_penalties: list = field(default_factory=list)
+    # (student, what): Canvas's _LATE flag against the timestamp
+    lms_disagreements: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _cell_order(gb, assignment: str) -> list[tuple[str, str, float]]:
@@ -83,6 +93,9 @@ def _cell_value(grade) -> float | str:
 
 def report(course: Course, assignment: str, out_dir: Path | None = None) -> GradeReport:
     """Write the grade files of ``assignment``; see the module docstring."""
+    from .late import lms_disagreements, stale_penalties
+    from .roster import read_sources
+
     with course.gradebook(create=False, assignment=assignment) as gb:
         assignment = course.resolve_released(gb, assignment)
         a = gb.find_assignment(assignment)
@@ -100,6 +113,8 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
             )
             for student in sorted(s.id for s in gb.students)
         ]
+        stale = stale_penalties(gb, assignment, course.config)
+        disagree = lms_disagreements(gb, assignment, read_sources(gb, assignment))
     submitted = [r for r in rows if r["status"] in ("graded", "ungradable")]
     ungradable = [
         (str(r["student_id"]), str(r["reason"]))
@@ -111,6 +126,7 @@ def report(course: Course, assignment: str, out_dir: Path | None = None) -> Grad
     functions = list(dict.fromkeys(n.rsplit("__", 1)[0] for _, n, _ in cells))
     mistakes = class_mistakes(judged, graded, functions)
     result = GradeReport(assignment, max_score, rows, pass_rates, ungradable, mistakes)
+    result.stale_penalties, result.lms_disagreements = stale, disagree
     out = Path(out_dir) if out_dir else course.root / "reports" / assignment
     out.mkdir(parents=True, exist_ok=True)
     result.files["grades"] = _write_csv(
@@ -141,6 +157,7 @@ _GRADE_COLUMNS = (
     "status",
     "timestamp",
     "duedate",
+    "extension_seconds",
     "seconds_late",
     "raw_score",
     "late_penalty",
@@ -167,10 +184,18 @@ def _student_row(gb, assignment, student, cells, status, collected) -> dict:
     """One student's row of grades.csv (without ``max_score`` and ``percent``)."""
     from nbgrader.api import MissingEntry
 
+    from .late import awaiting_submission
+
     row: dict[str, object] = {"student_id": student}
     try:
         sub = gb.find_submission(assignment, student)
     except MissingEntry:
+        sub = None
+    row["extension_seconds"] = (
+        sub.extension.total_seconds() if sub and sub.extension else 0.0
+    )
+    # a row that only carries an extension (course extend) is no submission yet
+    if sub is None or awaiting_submission(sub):
         # what nbgrader export writes for a student without a submission; one
         # collected but not autograded yet says so
         waiting = student in collected
@@ -325,9 +350,10 @@ def format_report(result: GradeReport) -> str:
         lines += [
             f"  {r['student_id']}: {_duration(float(r['seconds_late']))} late, "  # type: ignore[arg-type]
             f"score {float(r['raw_score']):g} - penalty "  # type: ignore[arg-type]
-            f"{float(r['late_penalty']):g} = {float(r['score']):g}"  # type: ignore[arg-type]
+            f"{float(r['late_penalty']):g} = {float(r['score']):g}" + _extension_note(r)  # type: ignore[arg-type]
             for r in late
         ]
+    lines += _late_notes(result)
     pending = [r for r in submitted if r["needs_manual_grade"]]
     if pending:
         lines += ["", "Needs manual grade (formgrader, or the nbgrader API):"]
@@ -361,6 +387,36 @@ def format_report(result: GradeReport) -> str:
         ]
     lines += [""] + [f"wrote {path}" for path in result.files.values()]
     return "\n".join(lines)
+
+
+def _extension_note(row: dict[str, object]) -> str:
+    seconds = float(row.get("extension_seconds") or 0.0)  # type: ignore[arg-type]
+    return f" (after a {_duration(seconds)} extension)" if seconds else ""
+
+
+def _late_notes(result: GradeReport) -> list[str]:
+    """The lists about late work beside the penalties: a penalty that no longer
+    matches the current score, and Canvas's ``_LATE`` flag against the time."""
+    lines = []
+    if result.stale_penalties:
+        lines += [
+            "",
+            "Late penalty out of date (a hand grade, due date, extension or setting "
+            "changed since it was computed; course autograde "
+            f"{result.assignment} --force --student ID computes it again):",
+        ]
+        lines += [
+            f"  {c.student}: penalty {c.stored:g}, the rule now gives {c.rule:g}"
+            for c in result.stale_penalties
+        ]
+    if result.lms_disagreements:
+        lines += [
+            "",
+            "Canvas and the timestamp disagree (check the submission time in "
+            "Canvas; course collect took the file's time in the download):",
+        ]
+        lines += [f"  {student}: {text}" for student, text in result.lms_disagreements]
+    return lines
 
 
 def _duration(seconds: float) -> str:
