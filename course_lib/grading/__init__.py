@@ -10,11 +10,13 @@ Subpackages, each owning one concern (their docstrings say what they may import)
   launch links.
 
 Above them, the class workflow, one module per step: :mod:`.check` (a student's
-public checks), :mod:`.release`, :mod:`.collect`, :mod:`.autograde` (the
+public checks), :mod:`.release`, :mod:`.roster` (the students and their LMS
+ids), :mod:`.collect`, :mod:`.autograde` (the
 orchestrator) with its backends :mod:`.pool` (local worker processes) and
 :mod:`.cluster` (Dask), which both run :mod:`.grade` (grading one submission);
 :mod:`.late` (extensions, and late penalties a percentage per day);
-:mod:`.feedback`, :mod:`.report` (with :mod:`.mistakes`, what the class got wrong,
+:mod:`.feedback` (with :mod:`.lms_return`, the zips that return it through
+Canvas and Moodle), :mod:`.report` (with :mod:`.mistakes`, what the class got wrong,
 and :mod:`.lms`, ``course report all`` and the files Canvas and Moodle import);
 :mod:`.course` (the course folder and its nbgrader
 configuration), :mod:`.gradebook`, :mod:`.synthetic` (scratch courses and classes

@@ -369,6 +369,49 @@ def _unsafe(name: str) -> bool:
     )
 
 
+def _files(source: Path, report: CollectReport):
+    """Every file of a folder or zip: ``(name, mtime, declared size, read)``, where
+    ``read(cap)`` returns its bytes; links, special files and encrypted entries go
+    to ``report.not_placed``."""
+    if source.is_dir():
+        for file in sorted(source.rglob("*")):
+            rel = file.relative_to(source).as_posix()
+            if file.is_symlink():
+                report.not_placed.append((rel, "a symbolic link; not followed"))
+            elif file.is_file():
+
+                def read(limit: int, file=file) -> bytes:
+                    with file.open("rb") as fh:
+                        return _read_capped(fh, limit)
+
+                stat = file.stat()
+                yield rel, stat.st_mtime, stat.st_size, read
+            elif not file.is_dir():
+                report.not_placed.append((rel, "not a regular file"))
+        return
+    if not zipfile.is_zipfile(source):
+        raise CourseError(f"{source} is neither a folder nor a zip file")
+    try:
+        archive = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CourseError(f"{source} is not a readable zip file: {exc}") from None
+    for info in sorted(archive.infolist(), key=lambda i: i.filename):
+        if info.is_dir():
+            continue
+        if info.flag_bits & 0x1:
+            report.not_placed.append(
+                (info.filename, "encrypted in the zip file; not extracted")
+            )
+            continue
+
+        def read(limit: int, info=info) -> bytes:
+            with archive.open(info) as fh:
+                return _read_capped(fh, limit)
+
+        when = dt.datetime(*info.date_time, tzinfo=dt.UTC).timestamp()
+        yield info.filename, when, info.file_size, read
+
+
 def _scan(
     source: Path,
     assignment: str,
@@ -379,85 +422,44 @@ def _scan(
     moodle: MoodleResolver,
     cap: int,
 ) -> list[_Candidate]:
+    """The files of ``source`` that name a student of ``assignment``; the others
+    go to ``report.not_placed`` with the reason."""
     found: list[_Candidate] = []
-
-    def too_large(name: str, size: int) -> None:
-        report.not_placed.append(
-            (
-                name,
+    for name, mtime, size, read in _files(source, report):
+        why = _unsafe_or_skipped(name)
+        student = None
+        if not why:
+            student, why = student_from_path(
+                name, assignment, pattern, ids=ids, moodle=moodle
+            )
+        if student is not None and size > cap:  # declared size; reading is capped
+            why = (
                 f"{size_text(size)}, larger than the cap of {size_text(cap)} per file "
-                "(CourseDirectory.max_file_size, or --max-file-size); not extracted",
+                "(CourseDirectory.max_file_size, or --max-file-size); not extracted"
             )
-        )
-
-    def consider(name: str, mtime: float, size: int, read) -> None:
-        if _unsafe(name):
-            report.not_placed.append(
-                (name, "unsafe path (it points outside the folder); not extracted")
-            )
-            return
-        system = _system_file(PurePosixPath(name).parts)
-        if system:
-            report.not_placed.append((name, f"{system}; skipped"))
-            return
-        if not name.endswith(".ipynb"):
-            report.not_placed.append((name, "not a notebook (.ipynb)"))
-            return
-        student, why = student_from_path(
-            name, assignment, pattern, ids=ids, moodle=moodle
-        )
-        if student is None:
+        if why:
             report.not_placed.append((name, why))
-            return
-        if size > cap:  # the declared size (a zip's header can lie: read is capped)
-            too_large(name, size)
-            return
+            continue
         lms = None if pattern is not None else parse_lms_name(name, assignment)
-        source = person = None
+        source_, person = None, ""
         if lms is not None and lms[0] is not None:
             n = lms[0]
-            source = LmsSource(n.lms, name, n.lms_id, n.late)
-            person = n.name
-        found.append(_Candidate(name, student, mtime, read, source, person or ""))
-
-    if source.is_dir():
-        for file in sorted(source.rglob("*")):
-            rel = file.relative_to(source).as_posix()
-            if file.is_symlink():
-                report.not_placed.append((rel, "a symbolic link; not followed"))
-            elif file.is_file():
-                stat = file.stat()
-
-                def read(limit: int, file=file) -> bytes:
-                    with file.open("rb") as fh:
-                        return _read_capped(fh, limit)
-
-                consider(rel, stat.st_mtime, stat.st_size, read)
-            elif not file.is_dir():
-                report.not_placed.append((rel, "not a regular file"))
-    elif zipfile.is_zipfile(source):
-        try:
-            archive = zipfile.ZipFile(source)
-        except (zipfile.BadZipFile, OSError) as exc:
-            raise CourseError(f"{source} is not a readable zip file: {exc}") from None
-        for info in sorted(archive.infolist(), key=lambda i: i.filename):
-            if info.is_dir():
-                continue
-            if info.flag_bits & 0x1:
-                report.not_placed.append(
-                    (info.filename, "encrypted in the zip file; not extracted")
-                )
-                continue
-            when = dt.datetime(*info.date_time, tzinfo=dt.UTC).timestamp()
-
-            def read(limit: int, info=info) -> bytes:
-                with archive.open(info) as fh:
-                    return _read_capped(fh, limit)
-
-            consider(info.filename, when, info.file_size, read)
-    else:
-        raise CourseError(f"{source} is neither a folder nor a zip file")
+            source_, person = LmsSource(n.lms, name, n.lms_id, n.late), n.name
+        found.append(_Candidate(name, student, mtime, read, source_, person))
     return found
+
+
+def _unsafe_or_skipped(name: str) -> str:
+    """Why a file of a download is no submission (unsafe, a system file, not a
+    notebook), or ``""``."""
+    if _unsafe(name):
+        return "unsafe path (it points outside the folder); not extracted"
+    system = _system_file(PurePosixPath(name).parts)
+    if system:
+        return f"{system}; skipped"
+    if not name.endswith(".ipynb"):
+        return "not a notebook (.ipynb)"
+    return ""
 
 
 def _moodle_resolver(gb, assignment: str) -> MoodleResolver:
@@ -558,6 +560,24 @@ def collect(
         source, assignment, report, pattern, ids=ids, moodle=moodle, cap=cap
     ):
         groups.setdefault(cand.student, []).append(cand)
+    chosen = _choose(groups, report)
+    placed = _place(course, assignment, chosen, cap, report)
+    with course.gradebook() as gb:
+        existing = {s.id: s for s in gb.students}
+        for student in placed:
+            cand = chosen[student]
+            gb.update_or_create_student(
+                student, **_student_fields(cand, existing.get(student))
+            )
+            record_source(gb, assignment, student, cand.source)
+    return report
+
+
+def _choose(
+    groups: dict[str, list[_Candidate]], report: CollectReport
+) -> dict[str, _Candidate]:
+    """Each student's newest file; none for a student id that different LMS users'
+    files share (:func:`_ambiguous`)."""
     chosen: dict[str, _Candidate] = {}
     for student, cands in groups.items():
         why = _ambiguous(cands)
@@ -571,37 +591,43 @@ def collect(
                 report.not_placed.append(
                     (c.name, f"{student} has a newer file: {newest.name}")
                 )
+    return chosen
+
+
+def _place(
+    course: Course,
+    assignment: str,
+    chosen: dict[str, _Candidate],
+    cap: int,
+    report: CollectReport,
+) -> list[str]:
+    """Write each chosen file (read under the cap) and its ``timestamp.txt``; the
+    students placed or unchanged."""
     placed: list[str] = []
     for student in sorted(chosen):
         cand = chosen[student]
-        folder = course.submitted_dir / student / assignment
-        target = folder / f"{assignment}.ipynb"
         try:
             data = cand.read(cap)
         except _TooLarge as exc:
-            report.not_placed.append(
-                (
-                    cand.name,
-                    f"larger than its zip entry declares: more than {size_text(cap)} "
-                    f"(the cap per file) after {size_text(exc.args[0])}; not extracted",
-                )
+            why = (
+                f"larger than its zip entry declares: more than {size_text(cap)} "
+                f"(the cap per file) after {size_text(exc.args[0])}; not extracted"
             )
-            continue
         except zipfile.BadZipFile as exc:
-            report.not_placed.append(
-                (
-                    cand.name,
-                    "the zip entry is damaged, or its header lies about its size "
-                    f"({exc}); not placed",
-                )
+            why = (
+                "the zip entry is damaged, or its header lies about its size "
+                f"({exc}); not placed"
             )
-            continue
         except (OSError, EOFError) as exc:
-            report.not_placed.append(
-                (cand.name, f"could not be read from the download ({exc}); not placed")
-            )
+            why = f"could not be read from the download ({exc}); not placed"
+        else:
+            why = ""
+        if why:
+            report.not_placed.append((cand.name, why))
             continue
         placed.append(student)
+        folder = course.submitted_dir / student / assignment
+        target = folder / f"{assignment}.ipynb"
         stamp = dt.datetime.fromtimestamp(cand.mtime, dt.UTC)
         timestamp = stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
         stamp_file = folder / "timestamp.txt"
@@ -619,22 +645,22 @@ def collect(
         target.write_bytes(data)
         stamp_file.write_text(timestamp + "\n")
         report.placed.append((student, cand.name, str(target.relative_to(course.root))))
-    with course.gradebook() as gb:
-        existing = {s.id: s for s in gb.students}
-        for student in placed:
-            cand = chosen[student]
-            fields = {}
-            old = existing.get(student)
-            if cand.source is not None and cand.source.lms == "canvas":
-                if ids == "lms" or cand.source.lms_id:
-                    fields["lms_user_id"] = cand.source.lms_id
-                if old is None or not (old.first_name or old.last_name):
-                    # Canvas's file name holds the sortable name without spaces
-                    fields["last_name"] = cand.person
-            elif cand.source is not None and cand.source.lms == "moodle":
-                if old is None or not (old.first_name or old.last_name):
-                    first, _, last = cand.person.rpartition(" ")
-                    fields["first_name"], fields["last_name"] = first or None, last
-            gb.update_or_create_student(student, **fields)
-            record_source(gb, assignment, student, cand.source)
-    return report
+    return placed
+
+
+def _student_fields(cand: _Candidate, old) -> dict[str, str | None]:
+    """What an LMS download tells the gradebook of its student: Canvas's user id,
+    and the name when the roster gave none (Canvas's file name holds the sortable
+    name without spaces; Moodle's folder the full name)."""
+    fields: dict[str, str | None] = {}
+    if cand.source is None:
+        return fields
+    named = old is not None and bool(old.first_name or old.last_name)
+    if cand.source.lms == "canvas":
+        fields["lms_user_id"] = cand.source.lms_id
+        if not named:
+            fields["last_name"] = cand.person
+    elif cand.source.lms == "moodle" and not named:
+        first, _, last = cand.person.rpartition(" ")
+        fields["first_name"], fields["last_name"] = first or None, last
+    return fields
