@@ -451,8 +451,8 @@ def _add_publish(sub) -> None:
         "out",
         type=Path,
         metavar="OUT",
-        help="a new or empty folder (gets html/, notebooks/, "
-        "book/notebooks/, dist/, binder/)",
+        help="a new or empty folder (gets docs/, the book GitHub Pages serves, "
+        "notebooks/, book/notebooks/, dist/, binder/)",
     )
     p.add_argument(
         "--root",
@@ -692,7 +692,8 @@ def _cmd_publish(args) -> int:
     print(f"published {len(files)} files to {result.out}:")
     pages = sum(1 for p in files if p.suffix == ".html" and result.html in p.parents)
     releases = sum(1 for p in result.notebooks if p.suffix == ".ipynb")
-    print(f"  html/       class edition of the book ({pages} pages)")
+    where = f", served at {result.book_url}" if result.book_url else ""
+    print(f"  docs/       class edition of the book ({pages} pages{where})")
     chapters = len(list((result.out / "book" / "notebooks").glob("*.ipynb")))
     print(f"  notebooks/  {releases} release notebooks")
     print(f"  book/notebooks/  {chapters} chapter notebooks (no solution dropdowns)")

@@ -12,6 +12,14 @@ file inside the student wheel:
 
 HTML is compared as text (tags removed, entities decoded), JSON/notebooks by their
 string values, so a listing split into highlighted ``<span>`` pieces is still found.
+
+The tree is published from a copy of the course whose ``_config.yml`` names a student
+repository and a JupyterHub, as a class sets them before publishing; then every link
+the published tree and ``course feedback`` give students (the book's pages, the
+Binder, Colab and JupyterHub buttons, the set-up cells' wheel) is followed to a file
+of the tree, with the student repository's GitHub Pages address mapped to ``docs/``.
+The open edition's Pages workflow is checked to deploy only from a public
+repository.
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -192,18 +202,48 @@ def test_search_finds_a_leaked_solution(tmp_path: Path) -> None:
 # --- slow: the real tree --------------------------------------------------------------
 
 
+# The class's public student repository and hub, as an instructor sets them in
+# _config.yml before publishing (instructor guide, "Two repositories").
+STUDENT_ORG, STUDENT_REPO = "PE-Class-2027", "student-term"
+STUDENT_URL = f"https://github.com/{STUDENT_ORG}/{STUDENT_REPO}"
+HUB_URL = "https://hub.example.edu"
+# Where GitHub Pages serves that repository's site (a project site: the owner's
+# name in lower case, then the repository's): docs/ of the published tree.
+STUDENT_PAGES = f"https://{STUDENT_ORG.lower()}.github.io/{STUDENT_REPO}/"
+INSTRUCTOR_URL = "https://github.com/positional-encodings-course/course"
+
+
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> Path:
-    # course publish reuses the open build's execution cache (_build/.jupyter_cache,
-    # what `make book` leaves); after a fresh clone, hand it the cache of the test
-    # build so that no chapter is executed twice.
-    cache = ROOT / "_build" / ".jupyter_cache"
-    if not cache.is_dir() and (built_book.parent / ".jupyter_cache").is_dir():
-        shutil.copytree(built_book.parent / ".jupyter_cache", cache)
+def class_course(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> Path:
+    """A copy of the course (what the class book build reads) whose _config.yml
+    names the student repository and a hub. Its execution cache is the test
+    build's (or `make book`'s), so no chapter is executed again."""
+    course = tmp_path_factory.mktemp("class-course")
+    skip = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+    for name in ("book", "notebooks", "binder"):
+        shutil.copytree(ROOT / name, course / name, ignore=skip)
+    shutil.copy2(ROOT / "_toc.yml", course / "_toc.yml")
+    (course / "_vendor").symlink_to(ROOT / "_vendor")  # MathJax, read only
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert config["repository"]["url"] == INSTRUCTOR_URL
+    config["launch_buttons"].update(
+        student_repository=STUDENT_URL, student_branch="main", jupyterhub_url=HUB_URL
+    )
+    (course / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for cache in (ROOT / "_build" / ".jupyter_cache",
+                  built_book.parent / ".jupyter_cache"):
+        if cache.is_dir():
+            shutil.copytree(cache, course / "_build" / ".jupyter_cache")
+            break
+    return course
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory, class_course: Path) -> Path:
     out = tmp_path_factory.mktemp("publish") / "class"
     proc = subprocess.run(
         [sys.executable, "-m", "course_lib.cli", "publish", str(out),
-         "--root", str(ROOT)],
+         "--root", str(class_course)],
         capture_output=True, text=True, timeout=1800,
     )
     log = proc.stdout + proc.stderr
@@ -214,8 +254,8 @@ def published(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> Pat
 @pytest.mark.slow
 def test_publish_tree_holds_no_answer(published: Path) -> None:
     assert sorted(p.name for p in published.iterdir()) == [
-        "README.md", "binder", "book", "dist", "html", "notebooks"]
-    assert (published / "html" / "index.html").is_file()
+        "README.md", "binder", "book", "dist", "docs", "notebooks"]
+    assert (published / "docs" / "index.html").is_file()
     wheels = list((published / "dist").glob("course_lib-*.whl"))
     assert len(wheels) == 1
     releases = sorted(p.relative_to(published / "notebooks")
@@ -232,7 +272,7 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
     # nor the library's listing of a graded function (the open edition shows it in
     # a dropdown: test_open_edition_keeps_collapsed_solutions)
     graded = sorted({fn for _, fns in GRADED_LISTINGS.values() for fn in fns})
-    pages = sorted((published / "html").rglob("*.html"))
+    pages = sorted((published / "docs").rglob("*.html"))
     assert len(pages) > 10
     for path in pages:
         text = _text(path.read_text(encoding="utf-8"))
@@ -241,7 +281,7 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
 
     # the API page documents an exercise target by its first paragraph only (the
     # rest of yarn_correction_range's docstring states the rounding ex11 grades)
-    api = _text((published / "html" / "book" / "api.html").read_text(encoding="utf-8"))
+    api = _text((published / "docs" / "book" / "api.html").read_text(encoding="utf-8"))
     assert "Pair indices (low, high) where YaRN" in api
     assert "floor(i(beta_fast))" not in api
     assert "the rest of its documentation is in the open edition" in api
@@ -256,8 +296,8 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
 
 @pytest.mark.slow
 def test_publish_tree_is_a_student_repository(published: Path) -> None:
-    """What the class edition's launch buttons open exists in the published tree, and
-    nothing in it points students at the instructor's repository."""
+    """The published tree is laid out as the student repository the buttons open,
+    and nothing in it points students at the instructor's repository."""
     from course_lib.grading.editions.launch import chapter_notebook_path, chapter_pages
 
     for page in chapter_pages(ROOT):
@@ -272,13 +312,11 @@ def test_publish_tree_is_a_student_repository(published: Path) -> None:
     assert f"dist/{wheel.name}" in post
     assert (published / "binder" / "requirements.txt").read_text() == (
         ROOT / "binder" / "requirements.txt").read_text()
-    # this repository's _config.yml names no student repository: no launch buttons
-    # (they would open the instructor's repository), and a download is the class
-    # edition of the chapter notebook
-    page = (published / "html" / "book" / "05-alibi.html").read_text()
+    # the buttons are there (where they lead: test_every_student_link_resolves)
+    page = (published / "docs" / "book" / "05-alibi.html").read_text()
     for service in ("colab.research.google.com", "mybinder.org", "git-pull?"):
-        assert service not in page
-    download = published / "html" / "_sources" / "book" / "notebooks" / "05-alibi.ipynb"
+        assert service in page
+    download = published / "docs" / "_sources" / "book" / "notebooks" / "05-alibi.ipynb"
     assert "Solution to exercise" not in download.read_text()
 
 
@@ -337,3 +375,233 @@ def test_open_edition_keeps_collapsed_solutions(built_book: Path, chapter: str) 
     for fn in functions:
         assert f"def {fn}(" in body, f"{chapter}: {fn} missing from the dropdown"
         assert f"def {fn}(" not in before, f"{chapter}: {fn} listed before the exercise"
+
+
+# --- every link a student is given leads into the published tree ---------------------
+
+LAUNCH_HOSTS = {"mybinder.org", "colab.research.google.com", "hub.example.edu"}
+
+
+def _repository_path(url: str) -> str:
+    """The student repository's file that a launch link opens, read from the link
+    as each service defines it (Binder: ``/v2/gh/ORG/REPO/BRANCH?urlpath=lab/tree/
+    PATH``; Colab: ``/github/ORG/REPO/blob/BRANCH/PATH``; nbgitpuller:
+    ``git-pull?repo=URL&branch=B&urlpath=lab/tree/REPO/PATH``). Fails on a link
+    that opens another repository or branch."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.netloc == "mybinder.org":
+        assert parts.path == f"/v2/gh/{STUDENT_ORG}/{STUDENT_REPO}/main", url
+        (urlpath,) = query["urlpath"]
+        assert urlpath.startswith("lab/tree/"), url
+        return unquote(urlpath.removeprefix("lab/tree/"))
+    if parts.netloc == "colab.research.google.com":
+        prefix = f"/github/{STUDENT_ORG}/{STUDENT_REPO}/blob/main/"
+        assert parts.path.startswith(prefix), url
+        return unquote(parts.path.removeprefix(prefix))
+    assert parts.netloc == "hub.example.edu", url
+    assert parts.path == "/hub/user-redirect/git-pull", url
+    assert query["repo"] == [STUDENT_URL] and query["branch"] == ["main"], url
+    (urlpath,) = query["urlpath"]
+    assert urlpath.startswith(f"lab/tree/{STUDENT_REPO}/"), url
+    return unquote(urlpath.removeprefix(f"lab/tree/{STUDENT_REPO}/"))
+
+
+def _book_target(url: str, published: Path) -> tuple[Path, str]:
+    """The page of ``docs/`` that an address under the class book's address names,
+    and its fragment."""
+    assert url.startswith(STUDENT_PAGES), url
+    rel, _, fragment = url.removeprefix(STUDENT_PAGES).partition("#")
+    return published / "docs" / unquote(rel or "index.html"), fragment
+
+
+def _assert_page(path: Path, fragment: str, link: str) -> None:
+    assert path.is_file(), f"{link} -> {path}: no such page"
+    if fragment:
+        ids = re.findall(r'\bid="([^"]+)"', path.read_text(encoding="utf-8"))
+        assert fragment in ids, f"{link}: {path.name} has no id {fragment!r}"
+
+
+@pytest.mark.slow
+def test_every_student_link_resolves(published: Path, class_course: Path) -> None:
+    """Each link of ``course feedback`` (the book at the section, the chapter
+    notebook on each service), each launch button and relative link of every
+    published page, and each set-up cell's wheel lead to a file of the published
+    tree: the class book's address is where GitHub Pages serves ``docs/``."""
+    from course_lib.checks.sections import SECTIONS
+    from course_lib.grading.feedback import teaching_links
+
+    assert (published / "docs" / ".nojekyll").is_file()
+    followed = {"feedback": 0, "launch": 0, "relative": 0, "wheel": 0}
+    # the feedback's links, as course feedback writes them for this class
+    for function in SECTIONS:
+        _name, links = teaching_links(class_course, function)
+        (text, book), *launch = links
+        assert text == "the book"
+        _assert_page(*_book_target(book, published), book)
+        assert {service for service, _ in launch} == {"Binder", "Colab", "JupyterHub"}
+        for _service, url in launch:
+            assert (published / _repository_path(url)).is_file(), url
+        followed["feedback"] += 1 + len(launch)
+    # every link of every published page
+    docs = published / "docs"
+    for page in sorted(docs.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        canonical = re.search(r'<link rel="canonical" href="([^"]+)"', text)
+        assert canonical, f"{page}: no canonical address (html.baseurl)"
+        assert canonical.group(1) == STUDENT_PAGES + page.relative_to(docs).as_posix()
+        for link in map(html_lib.unescape, re.findall(r'href="([^"]+)"', text)):
+            parts = urlsplit(link)
+            if parts.netloc in LAUNCH_HOSTS:
+                assert (published / _repository_path(link)).is_file(), link
+                followed["launch"] += 1
+            elif parts.scheme == "" and parts.netloc == "" and parts.path:
+                target = (page.parent / unquote(parts.path)).resolve()
+                assert target.is_relative_to(docs.resolve()), (page, link)
+                if target.is_dir():
+                    target = target / "index.html"
+                assert target.is_file(), f"{page.relative_to(published)}: {link}"
+                followed["relative"] += 1
+            elif link.startswith(STUDENT_PAGES):
+                _assert_page(*_book_target(link, published), link)
+    # the wheel each published notebook's set-up cell installs
+    raw = f"https://raw.githubusercontent.com/{STUDENT_ORG}/{STUDENT_REPO}/main/"
+    for nb_path in sorted(published.rglob("*.ipynb")):
+        if "docs" in nb_path.relative_to(published).parts:
+            continue  # the downloads of the chapter notebooks: same cells
+        setup = "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
+        (package,) = re.findall(r'COURSE_PACKAGE = "course_lib @ ([^"]+)"', setup)
+        assert package.startswith(raw), (nb_path, package)
+        assert (published / package.removeprefix(raw)).is_file(), package
+        followed["wheel"] += 1
+    print(f"links followed: {followed}")
+    assert followed["feedback"] >= 4 * len(SECTIONS)
+    assert followed["launch"] >= 3 * 10  # three services, every chapter page
+    assert followed["relative"] > 100 and followed["wheel"] > 20
+
+
+# --- the open edition's Pages workflow --------------------------------------------
+
+WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
+
+
+def _tokens(expr: str) -> list[str]:
+    return re.findall(r"'[^']*'|&&|\|\||==|!=|!|\(|\)|[A-Za-z_][\w.-]*", expr)
+
+
+def evaluate(expr: str, context: dict) -> object:
+    """A GitHub Actions ``if:`` expression (the subset the workflow uses: contexts,
+    string literals, ``==``, ``!=``, ``!``, ``&&``, ``||``, parentheses) on the
+    given context; a context path that is missing is ``None``, and ``==`` on
+    strings ignores case, as GitHub's documentation of expressions says."""
+    tokens = _tokens(expr)
+    assert "".join(tokens) == re.sub(r"\s+", "", expr), f"unparsed part in {expr!r}"
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take():
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def value(token):
+        if token.startswith("'"):
+            return token[1:-1]
+        if token in ("true", "false"):
+            return token == "true"
+        node = context
+        for key in token.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    def atom():
+        token = take()
+        if token == "!":
+            return not atom()
+        if token == "(":
+            inner = either()
+            assert take() == ")"
+            return inner
+        return value(token)
+
+    def same(a, b):
+        if isinstance(a, str) and isinstance(b, str):
+            return a.lower() == b.lower()
+        return a == b
+
+    def comparison():
+        left = atom()
+        while peek() in ("==", "!="):
+            op, right = take(), atom()
+            left = same(left, right) if op == "==" else not same(left, right)
+        return left
+
+    def both():
+        left = comparison()
+        while peek() == "&&":
+            take()
+            right = comparison()
+            left = left and right
+        return left
+
+    def either():
+        left = both()
+        while peek() == "||":
+            take()
+            right = both()
+            left = left or right
+        return left
+
+    result = either()
+    assert pos == len(tokens), f"trailing tokens in {expr!r}"
+    return result
+
+
+def _context(visibility, event="push", ref="refs/heads/main") -> dict:
+    repository = {} if visibility is None else {
+        "visibility": visibility, "private": visibility != "public"}
+    return {"github": {"ref": ref, "event_name": event,
+                       "event": {"repository": repository}}}
+
+
+def test_evaluator_reads_conditions_as_github_does() -> None:
+    ctx = _context("public")
+    assert evaluate("github.event.repository.visibility == 'PUBLIC'", ctx) is True
+    assert evaluate("!(github.ref == 'refs/heads/main')", ctx) is False
+    assert evaluate("github.nothing.here == 'x' || github.event_name == 'push'", ctx)
+    with pytest.raises(AssertionError):
+        evaluate("github.ref ~= 'x'", ctx)
+
+
+def test_the_open_edition_deploys_only_from_a_public_repository() -> None:
+    """The workflow's deploy job (the only step that publishes to Pages) runs for a
+    push to main of a public repository, and never for a private or internal one,
+    nor when GitHub gives no visibility; a private copy gets a notice instead."""
+    workflow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    jobs = workflow["jobs"]
+    deployers = [
+        name for name, job in jobs.items()
+        if any("deploy-pages" in str(step.get("uses", ""))
+               or "gh-pages" in str(step) for step in job.get("steps", []))
+    ]
+    assert deployers == ["deploy"]
+    condition = jobs["deploy"]["if"]
+    cases = {
+        ("public", "push"): True,
+        ("public", "workflow_dispatch"): True,
+        ("public", "pull_request"): False,
+        ("private", "push"): False,
+        ("private", "workflow_dispatch"): False,
+        ("internal", "push"): False,
+        (None, "push"): False,
+    }
+    for (visibility, event), wanted in cases.items():
+        got = bool(evaluate(condition, _context(visibility, event)))
+        assert got == wanted, (visibility, event, condition)
+    assert not evaluate(condition, _context("public", ref="refs/heads/other"))
+    notice = jobs["not-deployed"]
+    assert evaluate(notice["if"], _context("private"))
+    assert not evaluate(notice["if"], _context("public"))
+    assert "course publish" in str(notice["steps"])

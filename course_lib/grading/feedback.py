@@ -83,7 +83,7 @@ def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
     from .editions.launch import (
         book_page_url,
         chapter_notebook_path,
-        class_settings,
+        feedback_settings,
         launch_urls,
         read_settings,
     )
@@ -96,7 +96,7 @@ def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
     settings = read_settings(root)
     if settings is None:
         return name, []
-    settings = class_settings(settings) or settings
+    settings = feedback_settings(settings)
     links = [("the book", book_page_url(settings, section.page, section.label))]
     urls = launch_urls(settings, chapter_notebook_path(section.page))
     return name, links + sorted(urls.items())

@@ -29,6 +29,8 @@ Settings (``_config.yml``)::
       jupyterhub_url: ""     # empty: no JupyterHub button
       student_repository: "" # what the hub pulls (nbgitpuller): the class's public
       student_branch: main   # student repository, never the one holding solutions/
+      student_book_url: ""   # where the class edition is served ("": the GitHub
+                             # Pages site of student_repository, from its docs/)
 
 The **class edition** (``COURSE_EDITION=class``, ``course publish``) launches from the
 student repository, never from the instructor's (private) one: its Binder, Colab and
@@ -37,6 +39,13 @@ writes ``book/notebooks/`` and ``notebooks/`` there), and its set-up cells insta
 ``student_package`` or else the student wheel that ``course publish`` puts in that
 repository's ``dist/``. Without ``student_repository`` the class edition has no launch
 buttons (:func:`class_settings`).
+
+The class edition's **address** (:func:`class_book_url`) is ``student_book_url``, or
+else where GitHub Pages serves the student repository's ``docs/`` folder
+(``https://ORG.github.io/REPO/``; ``course publish`` writes the book there). Both the
+class build's ``html.baseurl`` and the links of ``course feedback``
+(:func:`feedback_settings`) take it from these settings, so a page the feedback names
+is a page of the published tree (``tests/test_publish.py`` walks them).
 """
 
 from __future__ import annotations
@@ -60,6 +69,10 @@ __all__ = [
     "LaunchSettings",
     "book_page_url",
     "chapter_notebook",
+    "class_book_url",
+    "class_settings",
+    "feedback_settings",
+    "pages_url",
     "chapter_pages",
     "insert_setup_cell",
     "launch_urls",
@@ -115,6 +128,7 @@ class LaunchSettings:
     notebook_interface: str = "jupyterlab"
     student_package: str = ""  # launch_buttons.student_package as written ("" = unset)
     book_url: str = ""  # html.baseurl: where the book is published ("" = GitHub Pages)
+    student_book_url: str = ""  # launch_buttons.student_book_url: the class edition's
 
     @property
     def github(self) -> tuple[str, str]:
@@ -157,6 +171,7 @@ def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
         notebook_interface=str(launch.get("notebook_interface") or "jupyterlab"),
         student_package=str(launch.get("student_package") or "").strip(),
         book_url=str(html.get("baseurl") or "").strip(),
+        student_book_url=str(launch.get("student_book_url") or "").strip(),
     )
     settings.github  # noqa: B018  (fails early on a malformed repository URL)
     if settings.jupyterhub_url and not settings.student_repository:
@@ -167,6 +182,15 @@ def settings_from_config(config: dict[str, Any]) -> LaunchSettings:
         )
     if settings.student_repository:
         _github_parts(settings.student_repository, "launch_buttons.student_repository")
+    for name, value in (
+        ("html.baseurl", settings.book_url),
+        ("launch_buttons.student_book_url", settings.student_book_url),
+    ):
+        if value and not value.startswith(("https://", "http://")):
+            raise LaunchSettingsError(
+                f"{name} in {CONFIG_FILE} must be a web address starting with "
+                f"https:// (got {value!r})"
+            )
     if settings.notebook_interface not in _UI_PREFIX:
         raise LaunchSettingsError(
             f"launch_buttons.notebook_interface must be one of {sorted(_UI_PREFIX)} "
@@ -180,6 +204,42 @@ def student_wheel_name() -> str:
     from importlib import metadata
 
     return f"course_lib-{metadata.version('course_lib')}-py3-none-any.whl"
+
+
+def pages_url(repository: str, setting: str = "repository.url") -> str:
+    """Where GitHub Pages serves the site of the GitHub repository ``repository``
+    (``https://github.com/ORG/REPO``): ``https://org.github.io/REPO/``, or
+    ``https://org.github.io/`` for the repository named ``ORG.github.io`` (GitHub's
+    "About GitHub Pages": project sites and user or organization sites)."""
+    org, repo = _github_parts(repository, setting)
+    host = f"{org.lower()}.github.io"
+    return f"https://{host}/" if repo.lower() == host else f"https://{host}/{repo}/"
+
+
+def class_book_url(settings: LaunchSettings) -> str:
+    """The address of the class edition: ``launch_buttons.student_book_url``, else
+    the GitHub Pages site of ``student_repository`` (whose ``docs/`` folder
+    ``course publish`` fills); ``""`` when neither is set."""
+    if settings.student_book_url:
+        return settings.student_book_url.rstrip("/") + "/"
+    if settings.student_repository:
+        return pages_url(
+            settings.student_repository, "launch_buttons.student_repository"
+        )
+    return ""
+
+
+def feedback_settings(settings: LaunchSettings) -> LaunchSettings:
+    """The settings behind the links of ``course feedback``: the class edition's
+    (:func:`class_settings`) when the class has a student repository; else these
+    settings, pointed at ``student_book_url`` when that is set. Feedback is written
+    for a class, so its book links go to the class edition wherever it is known."""
+    launch = class_settings(settings)
+    if launch is not None:
+        return launch
+    if settings.student_book_url:
+        return replace(settings, book_url=class_book_url(settings))
+    return settings
 
 
 def class_settings(settings: LaunchSettings) -> LaunchSettings | None:
@@ -201,6 +261,7 @@ def class_settings(settings: LaunchSettings) -> LaunchSettings | None:
         repository=settings.student_repository,
         branch=settings.student_branch,
         package=package,
+        book_url=class_book_url(settings),
     )
 
 
@@ -426,13 +487,11 @@ _UI_PREFIX = {"classic": "tree", "jupyterlab": "lab/tree"}
 
 def book_page_url(settings: LaunchSettings, page: str, label: str = "") -> str:
     """The web address of a book page (``book/05-alibi``), at the section of a MyST
-    label if given: under ``html.baseurl`` of ``_config.yml``, else where GitHub
+    label if given: under ``settings.book_url`` (``html.baseurl`` of ``_config.yml``,
+    or the class edition's address in :func:`class_settings`), else where GitHub
     Pages publishes the repository's book (``.github/workflows/pages.yml``):
     ``https://ORG.github.io/REPO/``."""
-    base = settings.book_url
-    if not base:
-        org, repo = settings.github
-        base = f"https://{org.lower()}.github.io/{repo}/"
+    base = settings.book_url or pages_url(settings.repository)
     return f"{base.rstrip('/')}/{page}.html" + (f"#{label}" if label else "")
 
 

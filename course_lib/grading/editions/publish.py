@@ -4,9 +4,17 @@ The instructor's repository holds everything (``solutions/``, the hidden graders
 grading tool). What students of a class get is written by :func:`publish` into a new
 folder, ready to push to a public repository or a web server:
 
-* ``OUT/html/``: the **class edition** of the book, built with ``COURSE_EDITION=class``
+* ``OUT/docs/``: the **class edition** of the book, built with ``COURSE_EDITION=class``
   (``book/_ext/course_edition.py``), so the "Solution to exercise N" listings are left
-  out of the pages, the search index and the page sources;
+  out of the pages, the search index and the page sources. It is served as it is:
+  GitHub Pages publishes a branch's root or its ``docs/`` folder ("Configuring a
+  publishing source for your GitHub Pages site", GitHub Docs), and ``docs/`` keeps
+  the book apart from the repository's other folders; ``docs/.nojekyll`` turns off
+  Jekyll, which would drop Sphinx's ``_static/``, ``_images/`` and ``_sources/``
+  (Jekyll skips folders whose names start with ``_``; Sphinx's own
+  ``sphinx.ext.githubpages`` writes the same file). The build's ``html.baseurl`` is
+  the class edition's address (:func:`.launch.class_book_url`), the one the links
+  of ``course feedback`` use;
 * ``OUT/notebooks/``: the release notebooks of ``notebooks/`` (no solution regions, no
   hidden test cells);
 * ``OUT/dist/``: the student wheel of
@@ -58,12 +66,18 @@ class PublishError(CourseError):
     """``course publish`` cannot go on; the message says why in one line."""
 
 
+# Where the class edition of the book goes in the published tree: the folder GitHub
+# Pages serves from a branch ("Deploy from a branch", folder /docs).
+BOOK_DIR = "docs"
+
+
 @dataclass(frozen=True)
 class PublishResult:
     out: Path
-    html: Path
+    html: Path  # OUT/docs: the class edition of the book
     notebooks: list[Path]
     wheel: Path
+    book_url: str = ""  # where html/ is served ("" = not known: no student repo)
 
 
 def find_course_root(start: Path | None = None) -> Path:
@@ -99,9 +113,10 @@ def _check_out(out: Path, root: Path) -> Path:
     return out
 
 
-def _class_config(root: Path, tmp: Path) -> Path:
+def _class_config(root: Path, tmp: Path, book_url: str = "") -> Path:
     """A copy of ``_config.yml`` for the class build: paths made absolute (the copy
-    lives elsewhere) and the open build's execution cache reused."""
+    lives elsewhere), the open build's execution cache reused, and ``html.baseurl``
+    the class edition's address (when known; the open one's otherwise goes)."""
     import yaml
 
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8")) or {}
@@ -111,13 +126,30 @@ def _class_config(root: Path, tmp: Path) -> Path:
                                   for name, path in local.items()}
     execute = config.setdefault("execute", {})
     execute["cache"] = str(root / "_build" / ".jupyter_cache")
+    html = config.setdefault("html", {})
+    html.pop("baseurl", None)  # the open edition's address is not this book's
+    if book_url:
+        html["baseurl"] = book_url
+    # The header's repository, issues and edit buttons name the student repository,
+    # never the instructor's (private) one; without a student repository, none.
+    launch = config.get("launch_buttons") or {}
+    student = str(launch.get("student_repository") or "").rstrip("/")
+    if student:
+        repository = config.setdefault("repository", {})
+        repository["url"] = student
+        repository["branch"] = str(launch.get("student_branch") or "main")
+    else:
+        for button in ("use_repository_button", "use_issues_button",
+                       "use_edit_page_button"):
+            html[button] = False
     path = tmp / "_config.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
 
 
-def build_class_html(root: Path, *, log=print) -> Path:
-    """Build the class edition of the book (strict) and return its HTML folder."""
+def build_class_html(root: Path, *, book_url: str = "", log=print) -> Path:
+    """Build the class edition of the book (strict) and return its HTML folder;
+    ``book_url``: where it will be served (its ``html.baseurl``)."""
     build = root / "_build" / "class"
     shutil.rmtree(build / "_build" / "html", ignore_errors=True)  # no stale pages
     build.mkdir(parents=True, exist_ok=True)
@@ -125,7 +157,7 @@ def build_class_html(root: Path, *, log=print) -> Path:
     jb = Path(sys.executable).with_name("jupyter-book")
     command = [str(jb) if jb.exists() else "jupyter-book"]
     with tempfile.TemporaryDirectory(prefix="course-publish-") as tmp:
-        config = _class_config(root, Path(tmp))
+        config = _class_config(root, Path(tmp), book_url)
         command += ["build", str(root), "--builder", "html",
                     "--path-output", str(build), "--config", str(config),
                     "-W", "-n", "--keep-going"]
@@ -179,12 +211,13 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
     if not (root / "_config.yml").is_file():
         raise PublishError(f"{root} has no _config.yml: it is not the course folder")
     out = _check_out(out, root)
+    book_url = _book_url(root, log)
 
-    html_src = build_class_html(root, log=log)
+    html_src = build_class_html(root, book_url=book_url, log=log)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _write(out, root, html_src, log)
+        return _write(out, root, html_src, book_url, log)
     except BaseException:
         # OUT was new or empty: leave nothing half-published behind
         if created:
@@ -193,6 +226,25 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
             for child in out.iterdir():
                 (shutil.rmtree if child.is_dir() else Path.unlink)(child)
         raise
+
+
+def _book_url(root: Path, log) -> str:
+    """The class edition's address from ``_config.yml`` (before the long build, so a
+    malformed setting stops publishing at once)."""
+    from .launch import LaunchSettingsError, class_book_url, read_settings
+
+    try:
+        settings = read_settings(root)
+    except LaunchSettingsError as exc:
+        raise PublishError(str(exc)) from None
+    url = class_book_url(settings) if settings is not None else ""
+    if not url:
+        log(
+            "note: neither launch_buttons.student_book_url nor student_repository "
+            "is set in _config.yml, so the class edition's address is unknown: "
+            "course feedback will link to the open edition's pages"
+        )
+    return url
 
 
 def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
@@ -246,9 +298,10 @@ def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
     post.chmod(0o755)
 
 
-def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
-    html = out / "html"
+def _write(out: Path, root: Path, html_src: Path, book_url: str, log) -> PublishResult:
+    html = out / BOOK_DIR
     shutil.copytree(html_src, html, ignore=shutil.ignore_patterns(".buildinfo"))
+    (html / ".nojekyll").write_text("", encoding="utf-8")  # serve _static/ as is
     notebooks = _copy_notebooks(root, out / "notebooks")
 
     from .library import build_student_wheel
@@ -271,8 +324,11 @@ def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
     (out / "README.md").write_text(
         "# Student edition\n\n"
         "Written by `course publish`.\n\n"
-        "- `html/`: the book (class edition: no solution listings); open "
-        "`html/index.html` or serve the folder.\n"
+        "- `docs/`: the book (class edition: no solution listings); open "
+        "`docs/index.html`, or serve it: on GitHub, Settings -> Pages -> Deploy "
+        "from a branch, this branch, folder `/docs`"
+        + (f" (the book's address: {book_url})" if book_url else "")
+        + ".\n"
         "- `notebooks/`: the exercise notebooks; check one with "
         "`course check notebooks/<name>/<name>.ipynb`.\n"
         "- `book/notebooks/`: the chapters as notebooks (what the book's launch "
@@ -282,4 +338,6 @@ def _write(out: Path, root: Path, html_src: Path, log) -> PublishResult:
         "`dist/`).\n",
         encoding="utf-8",
     )
-    return PublishResult(out=out, html=html, notebooks=notebooks, wheel=wheel)
+    return PublishResult(
+        out=out, html=html, notebooks=notebooks, wheel=wheel, book_url=book_url
+    )
