@@ -25,8 +25,9 @@ import course_lib as cl
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("d_model", "base"), [(4, 10000.0), (128, 10000.0),
-                                               (512, 10000.0), (64, 500.0)])
+@pytest.mark.parametrize(
+    ("d_model", "base"), [(4, 10000.0), (128, 10000.0), (512, 10000.0), (64, 500.0)]
+)
 def test_wavelengths_form_a_geometric_ladder(d_model: int, base: float) -> None:
     """(sin-wavelength): lambda_i = 2 pi b^(2i/d), from 2 pi to 2 pi b^((d-2)/d)."""
     pe = cl.sinusoidal_encoding(3, d_model, base=base).double()
@@ -71,8 +72,10 @@ def test_every_row_has_squared_length_half_d(start: int) -> None:
     # a float32 sin/cos accurate to 1 ulp (vector kernels vary by CPU) may give 1 + eps
     assert rows.abs().max() <= 1.0 + torch.finfo(torch.float32).eps
     torch.testing.assert_close(
-        rows.pow(2).sum(-1), torch.full((200,), d / 2, dtype=torch.float64),
-        atol=1e-5, rtol=0,
+        rows.pow(2).sum(-1),
+        torch.full((200,), d / 2, dtype=torch.float64),
+        atol=1e-5,
+        rtol=0,
     )
 
 
@@ -112,8 +115,7 @@ def test_chapter_2_row_separation_numbers() -> None:
     0.0386 at 69 115, while for d=16 and d=64 the closest row is the neighbour
     (1.0147 and 1.4718 apart)."""
     k = torch.arange(1, 100_001, dtype=torch.float64)
-    claims = {4: (0.0016, 84823), 8: (0.0386, 69115), 16: (1.0147, 1),
-              64: (1.4718, 1)}
+    claims = {4: (0.0016, 84823), 8: (0.0386, 69115), 16: (1.0147, 1), 64: (1.4718, 1)}
     for d, (value, offset) in claims.items():
         omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         dist = torch.sqrt(2 * (1 - torch.cos(k[:, None] * omega)).sum(-1))
@@ -186,6 +188,22 @@ def test_left_padded_sentence_gives_the_unpadded_attention_outputs(gen) -> None:
         assert (by_column - alone).abs().max() > 1e-2
 
 
+def test_position_id_is_the_count_of_real_tokens_before_it(gen) -> None:
+    """(sin-position-ids): for every real slot, the id is the number of real slots
+    before it (counted by a plain loop here), padding on either side or in between;
+    the library gives padding 0."""
+    masks = [torch.randint(0, 2, (3, 9), generator=gen) for _ in range(4)]
+    masks.append(torch.tensor([[0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]]))
+    for mask in masks:
+        ids = cl.position_ids_from_attention_mask(mask)
+        for b, row in enumerate(mask.tolist()):
+            for t, real in enumerate(row):
+                if real:
+                    assert ids[b, t].item() == sum(row[:t])
+                else:
+                    assert ids[b, t].item() == 0
+
+
 def test_offset_only_dot_product_is_blind_to_direction(gen) -> None:
     """Chapter 2: from every anchor p, PE_p . PE_{p+k} = PE_p . PE_{p-k}; a Gram matrix
     that is merely symmetric (any Gram matrix) does not have this property."""
@@ -228,8 +246,9 @@ def test_adamw_decay_shrinks_the_unreached_rows(gen) -> None:
 
 def _ccw(a: float) -> torch.Tensor:
     """The counter-clockwise rotation R(a), written out."""
-    return torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
-                        dtype=torch.float64)
+    return torch.tensor(
+        [[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=torch.float64
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.3, 1.0, -2.5, 7.0])
@@ -260,8 +279,9 @@ def test_quadratic_form_of_the_offset_matrix_is_the_cosine() -> None:
     pe = cl.sinusoidal_encoding(500, 32).double()
     omega = 10000.0 ** (-torch.arange(0, 32, 2, dtype=torch.float64) / 32)
     for k in (1, 6, 37, 400):
-        quad = torch.einsum("pi,ij,pj->p", pe, cl.offset_matrix(
-            k, 32, dtype=torch.float64), pe)
+        quad = torch.einsum(
+            "pi,ij,pj->p", pe, cl.offset_matrix(k, 32, dtype=torch.float64), pe
+        )
         expected = torch.cos(k * omega).sum().expand(500)
         torch.testing.assert_close(quad, expected, atol=1e-5, rtol=0)
 
@@ -282,8 +302,14 @@ def test_hand_computation_for_d_model_4() -> None:
     offset 1 (1.958371)."""
 
     def pe(p):  # PE(p) for d_model = 4, exact
-        return sp.Matrix([sp.sin(p), sp.cos(p), sp.sin(sp.Rational(p, 100)),
-                          sp.cos(sp.Rational(p, 100))])
+        return sp.Matrix(
+            [
+                sp.sin(p),
+                sp.cos(p),
+                sp.sin(sp.Rational(p, 100)),
+                sp.cos(sp.Rational(p, 100)),
+            ]
+        )
 
     assert pe(0) == sp.Matrix([0, 1, 0, 1])
     one = sp.cos(1) + sp.cos(sp.Rational(1, 100))
@@ -296,9 +322,11 @@ def test_hand_computation_for_d_model_4() -> None:
     six = math.cos(6) + math.cos(0.06)
     assert six == pytest.approx(1.958371, abs=5e-7) and six > float(one)
     # The decimals printed in the chapter, from the formula (not the library).
-    printed = {1: (0.84147, 0.54030, 0.01000, 0.99995),
-               5: (-0.95892, 0.28366, 0.04998, 0.99875),
-               6: (-0.27942, 0.96017, 0.05996, 0.99820)}
+    printed = {
+        1: (0.84147, 0.54030, 0.01000, 0.99995),
+        5: (-0.95892, 0.28366, 0.04998, 0.99875),
+        6: (-0.27942, 0.96017, 0.05996, 0.99820),
+    }
     for p, row in printed.items():
         assert [float(v) for v in pe(p)] == pytest.approx(row, abs=5e-6)
 
@@ -313,14 +341,19 @@ def test_plane_dot_product_is_the_real_part_of_a_conjugate_product() -> None:
     a, b, c, d, m, n, th = sp.symbols("a b c d m n theta", real=True)
     z, w = a + sp.I * b, c + sp.I * d
     assert sp.expand(sp.re(z * sp.conjugate(w)) - (a * c + b * d)) == 0
-    score = sp.re(sp.expand(z * sp.exp(sp.I * m * th)
-                            * sp.conjugate(w * sp.exp(sp.I * n * th))))
-    by_offset = a * c * sp.cos((m - n) * th) + b * d * sp.cos((m - n) * th) + (
-        a * d - b * c) * sp.sin((m - n) * th)
+    score = sp.re(
+        sp.expand(z * sp.exp(sp.I * m * th) * sp.conjugate(w * sp.exp(sp.I * n * th)))
+    )
+    by_offset = (
+        a * c * sp.cos((m - n) * th)
+        + b * d * sp.cos((m - n) * th)
+        + (a * d - b * c) * sp.sin((m - n) * th)
+    )
     assert sp.simplify(sp.expand_trig(sp.expand_complex(score) - by_offset)) == 0
     # (R(m th) q)^T R(n th) k equals Re[q conj(k) e^{i(m-n) th}] (the real form).
-    rot = sp.Matrix([[sp.cos(m * th), -sp.sin(m * th)],
-                     [sp.sin(m * th), sp.cos(m * th)]])
+    rot = sp.Matrix(
+        [[sp.cos(m * th), -sp.sin(m * th)], [sp.sin(m * th), sp.cos(m * th)]]
+    )
     rot_n = rot.subs(m, n)
     real_form = ((rot * sp.Matrix([a, b])).T * (rot_n * sp.Matrix([c, d])))[0, 0]
     assert sp.simplify(sp.expand_trig(real_form - by_offset)) == 0
@@ -366,7 +399,8 @@ def test_only_a_linear_angle_and_a_fixed_length_keep_scores_relative(
 
     for m, n in placements:
         assert score(xq, xk, m, n) == pytest.approx(
-            zeta ** (m - n) * score(rope, rope, m, n), abs=1e-12)
+            zeta ** (m - n) * score(rope, rope, m, n), abs=1e-12
+        )
 
 
 @pytest.mark.parametrize("dim", [2, 8, 32])
@@ -379,8 +413,9 @@ def test_score_is_q_times_the_offset_rotation_times_k(gen, dim: int) -> None:
         return torch.block_diag(*[_ccw(pos * t) for t in theta.tolist()])
 
     for m, n in ((0, 0), (7, 2), (3, 40), (1000, 999)):
-        lhs = cl.apply_rope(q, torch.tensor([m])) @ cl.apply_rope(
-            k, torch.tensor([n])).T
+        lhs = (
+            cl.apply_rope(q, torch.tensor([m])) @ cl.apply_rope(k, torch.tensor([n])).T
+        )
         assert lhs.item() == pytest.approx((q @ big_r(n - m) @ k.T).item(), abs=1e-9)
 
 
@@ -408,8 +443,10 @@ def test_abel_summation_identity_and_bound(dim: int, seed: int) -> None:
         h_next = torch.cat((h[1:], torch.zeros(1, dtype=h.dtype)))
         for r in (0, 1, 7, 100, 2000):
             m, n = r + 5, 5
-            score = (cl.apply_rope(q[None], torch.tensor([m]))
-                     @ cl.apply_rope(k[None], torch.tensor([n])).T).item()
+            score = (
+                cl.apply_rope(q[None], torch.tensor([m]))
+                @ cl.apply_rope(k[None], torch.tensor([n])).T
+            ).item()
             e = torch.polar(torch.ones_like(theta), r * theta)  # e^{i r th_i}
             direct = (h * e).sum()
             partial = e.cumsum(0)  # S_1 .. S_{d/2}
@@ -439,8 +476,10 @@ def test_random_queries_and_keys_do_not_decay_on_average(gen) -> None:
 def test_chapter_4_base_numbers() -> None:
     """Head dim 128, context 8192: base 1e4 gives a longest wavelength of 54 410 and 14
     pairs that turn less than once; base 5e5 gives 2 559 196 and 29 pairs."""
-    for base, longest, slow, turn in ((1e4, 54_410, 14, 0.946),
-                                      (5e5, 2_559_196, 29, 0.020)):
+    for base, longest, slow, turn in (
+        (1e4, 54_410, 14, 0.946),
+        (5e5, 2_559_196, 29, 0.020),
+    ):
         i = torch.arange(64, dtype=torch.float64)
         lam = 2 * math.pi * base ** (2 * i / 128)
         assert round(lam[-1].item()) == longest
@@ -448,7 +487,9 @@ def test_chapter_4_base_numbers() -> None:
         assert 8192 * base ** (-126 / 128) == pytest.approx(turn, abs=5e-4)
         torch.testing.assert_close(
             cl.rope_frequencies(128, base=base, dtype=torch.float64),
-            2 * math.pi / lam, rtol=1e-12, atol=0,
+            2 * math.pi / lam,
+            rtol=1e-12,
+            atol=0,
         )
 
 
@@ -509,13 +550,17 @@ def test_conjugation_turns_the_complex_score_into_the_real_form() -> None:
     qv, kv = sp.Matrix([a, b]), sp.Matrix([c, d])
 
     def rot(angle):
-        return sp.Matrix([[sp.cos(angle), -sp.sin(angle)],
-                          [sp.sin(angle), sp.cos(angle)]])
+        return sp.Matrix(
+            [[sp.cos(angle), -sp.sin(angle)], [sp.sin(angle), sp.cos(angle)]]
+        )
 
     first = sp.expand_complex(q * sp.conjugate(k) * sp.exp(sp.I * (m - n) * th))
     conj = sp.expand_complex(sp.conjugate(q) * k * sp.exp(sp.I * (n - m) * th))
-    forms = [sp.re(conj), (qv.T * rot((n - m) * th) * kv)[0, 0],
-             ((rot((m - n) * th) * qv).T * kv)[0, 0]]
+    forms = [
+        sp.re(conj),
+        (qv.T * rot((n - m) * th) * kv)[0, 0],
+        ((rot((m - n) * th) * qv).T * kv)[0, 0],
+    ]
     for form in forms:
         assert sp.simplify(sp.expand_trig(sp.re(first) - form)) == 0
     # the imaginary parts differ in sign: only the real part survives conjugation
@@ -530,8 +575,9 @@ def test_roformer_elementwise_form(gen, dim: int) -> None:
     seq = 7
     x = torch.randn(3, seq, dim, generator=gen, dtype=torch.float64)
     pos = torch.tensor([0, 1, 5, 9, 100, 1000, 4097])
-    theta = torch.tensor([10000.0 ** (-2 * i / dim) for i in range(dim // 2)],
-                         dtype=torch.float64)
+    theta = torch.tensor(
+        [10000.0 ** (-2 * i / dim) for i in range(dim // 2)], dtype=torch.float64
+    )
     ang = pos.double()[:, None] * theta  # (seq, d/2)
     cos2 = ang.cos().repeat_interleave(2, dim=-1)  # cos m th_0, cos m th_0, ...
     sin2 = ang.sin().repeat_interleave(2, dim=-1)
@@ -560,9 +606,11 @@ def test_converting_weights_needs_the_biases_too(gen) -> None:
     both = scores(w_q[rows], b_q[rows], w_k[rows], b_k[rows], "half")
     torch.testing.assert_close(both, original)
     torch.testing.assert_close(
-        cl.rope_interleaved_to_half_weights(w_q, h, hd), w_q[rows])
+        cl.rope_interleaved_to_half_weights(w_q, h, hd), w_q[rows]
+    )
     torch.testing.assert_close(
-        cl.rope_interleaved_to_half_weights(b_q, h, hd), b_q[rows])
+        cl.rope_interleaved_to_half_weights(b_q, h, hd), b_q[rows]
+    )
     weights_only = scores(w_q[rows], b_q, w_k[rows], b_k, "half")
     assert (weights_only - original).abs().max() > 1e-2
 
@@ -584,8 +632,9 @@ def test_half_precision_positions_and_angles() -> None:
     assert (exact.bfloat16().double() - exact).abs().max() <= 2.0**-9
 
 
-@pytest.mark.parametrize(("n_heads", "head_dim", "d_in"),
-                         [(1, 2, 3), (4, 8, 32), (2, 16, 64), (8, 6, 12)])
+@pytest.mark.parametrize(
+    ("n_heads", "head_dim", "d_in"), [(1, 2, 3), (4, 8, 32), (2, 16, 64), (8, 6, 12)]
+)
 def test_per_head_conversion_is_the_llama_conversion_scripts_permute(
     gen, n_heads: int, head_dim: int, d_in: int
 ) -> None:
@@ -596,23 +645,39 @@ def test_per_head_conversion_is_the_llama_conversion_scripts_permute(
     (d_in differs from n_heads * head_dim for grouped-query key projections.)"""
     rows = n_heads * head_dim
     w = torch.randn(rows, d_in, generator=gen, dtype=torch.float64)
-    by_reshape = (w.view(n_heads, head_dim // 2, 2, d_in).transpose(1, 2)
-                  .reshape(rows, d_in))
+    by_reshape = (
+        w.view(n_heads, head_dim // 2, 2, d_in).transpose(1, 2).reshape(rows, d_in)
+    )
     converted = cl.rope_interleaved_to_half_weights(w, n_heads, head_dim)
     assert torch.equal(converted, by_reshape)
-    back = (converted.view(n_heads, 2, head_dim // 2, d_in).transpose(1, 2)
-            .reshape(rows, d_in))
+    back = (
+        converted.view(n_heads, 2, head_dim // 2, d_in)
+        .transpose(1, 2)
+        .reshape(rows, d_in)
+    )
     assert torch.equal(back, w)
-    assert torch.equal(cl.rope_half_to_interleaved_weights(converted, n_heads,
-                                                           head_dim), w)
+    assert torch.equal(
+        cl.rope_half_to_interleaved_weights(converted, n_heads, head_dim), w
+    )
 
 
-@pytest.mark.parametrize(("chapter", "graded"), [
-    ("02-sinusoidal", ["sinusoidal_encoding", "position_ids_from_attention_mask"]),
-    ("03-rotation", ["offset_matrix"]),
-    ("04-rope", ["apply_rope", "_rotate", "apply_rope_complex",
-                 "rope_interleaved_to_half_weights", "_permute_head_rows"]),
-])
+@pytest.mark.parametrize(
+    ("chapter", "graded"),
+    [
+        ("02-sinusoidal", ["sinusoidal_encoding", "position_ids_from_attention_mask"]),
+        ("03-rotation", ["offset_matrix"]),
+        (
+            "04-rope",
+            [
+                "apply_rope",
+                "_rotate",
+                "apply_rope_complex",
+                "rope_interleaved_to_half_weights",
+                "_permute_head_rows",
+            ],
+        ),
+    ],
+)
 def test_class_edition_sources_list_no_graded_code(chapter: str, graded: list) -> None:
     """Issue 19, source level (test_publish checks the built HTML): the class edition
     of chapters 2-4 lists none of the graded functions, and no cell assembles a whole
@@ -627,6 +692,58 @@ def test_class_edition_sources_list_no_graded_code(chapter: str, graded: list) -
     for name in graded:
         assert f":pyobject: {name}\n" in full
         assert f":pyobject: {name}\n" not in text
-    for pattern in ("def pe_by_loops", "*[torch.tensor(block_fn(shift, om)",
-                    "for pos in range(seq)], dim=-2"):
-        assert pattern not in text
+    for pattern in (
+        "def pe_by_loops",
+        "*[torch.tensor(block_fn(shift, om)",
+        "for pos in range(seq)], dim=-2",
+        # issue 33: a rotation matrix per position (ex04 apply_rope by a
+        # loop), the complex-form rotation of a whole tensor, a reusable
+        # exact PE(p) for ex03's hand computation, the cumulative-sum form
+        # of the position ids (ex02), the per-head row permutation (ex04)
+        "def rope_matrix",
+        "view_as_complex(q.reshape(",
+        "def pe_exact",
+        "\\sum_{s \\le t} m_{b,s} - 1",
+        "output rows of $W_q$",
+        "permutes its *rows*",
+    ):
+        assert pattern not in text, pattern
+
+
+def test_class_edition_of_chapter_9_prints_no_graded_case() -> None:
+    """Issue 33: chapter 9 prints ALiBi slopes for 14 heads (no grader's count) and
+    position ids for masks no grader uses; its RoPE conversion leaves the per-head
+    rows to exercise 4 in the class edition."""
+    import ast
+    import inspect
+    import re
+    import textwrap
+
+    from course_lib.checks import ex02_sinusoidal, ex05_alibi
+    from course_lib.grading.editions.launch import strip_open_only
+
+    root = Path(__file__).resolve().parent.parent
+    full = (root / "book" / "09-conventions-errata.md").read_text(encoding="utf-8")
+    text = strip_open_only(full)
+    assert "output rows of $W_q$" in full and "output rows of $W_q$" not in text
+    printed = set(re.findall(r"cl\.alibi_slopes\((\d+)\)\.double\(\)\.log2\(\)", text))
+    assert printed == {"14"}
+    graded_counts = set()  # every int tuple in the public check and the hidden grade
+    for fn in (ex05_alibi._public_alibi_slopes, ex05_alibi.grade_alibi_slopes):
+        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+            if isinstance(node, ast.Tuple) and all(
+                isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts
+            ):
+                graded_counts |= {e.value for e in node.elts}
+    assert {8, 12} <= graded_counts  # the tuples were found
+    assert not {int(n) for n in printed} & graded_counts
+    rows = set()
+    for mask in ex02_sinusoidal._PUBLIC_MASKS:
+        rows |= {tuple(r) for r in mask}
+    for mask in ex02_sinusoidal._hidden_masks():
+        rows |= {tuple(r) for r in mask.long().tolist()}
+    shown = re.findall(r"(right|left)_padded = torch\.tensor\((\[\[.*?\]\])\)", text)
+    assert len(shown) == 2
+    for _, literal in shown:
+        for row in eval(literal):  # noqa: S307 - a literal list from the chapter
+            assert tuple(row) not in rows or len(set(row)) == 1, row

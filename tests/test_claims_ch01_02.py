@@ -70,8 +70,15 @@ def test_rotating_queries_and_keys_breaks_equivariance(gen) -> None:
     p = cl.permutation_matrix([5, 4, 3, 2, 1, 0]).double()
     gap = (rotary_head(p @ x) - p @ rotary_head(x)).abs().max().item()
     assert gap > 1e-3
-    plain = (cl.self_attention(p @ x, w_q, w_k, w_v)
-             - p @ cl.self_attention(x, w_q, w_k, w_v)).abs().max().item()
+    plain = (
+        (
+            cl.self_attention(p @ x, w_q, w_k, w_v)
+            - p @ cl.self_attention(x, w_q, w_k, w_v)
+        )
+        .abs()
+        .max()
+        .item()
+    )
     assert plain < 1e-12
 
 
@@ -110,16 +117,21 @@ def test_the_two_exponent_slips_are_other_bases(d_model: int) -> None:
     in 2i/d doubles it (base 10^8); writing i/d halves it (base 100), all frequencies
     in the fast half of the log range."""
     right = _loop_table(300, d_model, lambda col, d: col / d)  # col = 2i
-    torch.testing.assert_close(right.float(), cl.sinusoidal_encoding(300, d_model),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        right.float(), cl.sinusoidal_encoding(300, d_model), atol=1e-6, rtol=0
+    )
     doubled = _loop_table(300, d_model, lambda col, d: 2 * col / d)
     torch.testing.assert_close(
-        doubled, cl.sinusoidal_encoding(300, d_model, base=1e8).double(), atol=1e-6,
+        doubled,
+        cl.sinusoidal_encoding(300, d_model, base=1e8).double(),
+        atol=1e-6,
         rtol=0,
     )
     halved = _loop_table(300, d_model, lambda col, d: (col // 2) / d)  # i / d
     torch.testing.assert_close(
-        halved, cl.sinusoidal_encoding(300, d_model, base=100.0).double(), atol=1e-6,
+        halved,
+        cl.sinusoidal_encoding(300, d_model, base=100.0).double(),
+        atol=1e-6,
         rtol=0,
     )
 
@@ -137,8 +149,9 @@ def test_marian_cpp_and_tensor2tensor_spacing() -> None:
         for c in range(d):
             v = p * math.exp((c % half) * -increment)
             marian[p, c] = math.sin(v) if c < half else math.cos(v)
-    as_paper = cl.sinusoidal_encoding(n, d, base=10000.0 ** (half / (half - 1)),
-                                      layout="concat").double()
+    as_paper = cl.sinusoidal_encoding(
+        n, d, base=10000.0 ** (half / (half - 1)), layout="concat"
+    ).double()
     torch.testing.assert_close(marian, as_paper, atol=1e-6, rtol=0)
     assert math.exp((half - 1) * -increment) == pytest.approx(1e-4, rel=1e-12)
 
@@ -171,7 +184,7 @@ def test_width_64_neighbour_distance_and_float32_rounding() -> None:
     the largest float32 rounding error of an entry in [-1, 1] (u = 2^-24)."""
     _, best_k, neighbour = _closest_offset(64)
     assert best_k == 1
-    u = 2.0 ** -24
+    u = 2.0**-24
     assert torch.finfo(torch.float32).eps / 2 == u
     assert neighbour / u > 1e7
     # the neighbour distance written out: sqrt(2 sum_i (1 - cos w_i))
@@ -205,8 +218,9 @@ def test_pytorch_adamw_decay_follows_the_learning_rate(gen) -> None:
             opt.zero_grad()
             w.grad = torch.zeros_like(w)  # no gradient reaches these entries
             opt.step()
-        torch.testing.assert_close(w.detach(), before * (1 - lr * wd) ** steps,
-                                   rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            w.detach(), before * (1 - lr * wd) ** steps, rtol=1e-12, atol=0
+        )
 
 
 def test_huggingface_generation_position_ids_count_real_tokens() -> None:
@@ -218,8 +232,9 @@ def test_huggingface_generation_position_ids_count_real_tokens() -> None:
     input_ids = torch.ones_like(mask)
     got = prepare(None, input_ids, {"attention_mask": mask})
     assert torch.equal(got, cl.position_ids_from_attention_mask(mask))
-    assert torch.equal(got[mask == 0], torch.zeros(int((mask == 0).sum()),
-                                                  dtype=got.dtype))
+    assert torch.equal(
+        got[mask == 0], torch.zeros(int((mask == 0).sum()), dtype=got.dtype)
+    )
 
 
 def test_chapter_2_cites_what_it_attributes() -> None:
@@ -227,8 +242,12 @@ def test_chapter_2_cites_what_it_attributes() -> None:
     (its section 4.1) and BERT (Appendix A.2), the extrapolation failure of sinusoids to
     Press et al. (Figure 1), and every cited key is in the bibliography."""
     text = CH2.read_text()
-    for key in ("gehring2017convs2s", "radford2018gpt", "press2022alibi",
-                "loshchilov2019adamw"):
+    for key in (
+        "gehring2017convs2s",
+        "radford2018gpt",
+        "press2022alibi",
+        "loshchilov2019adamw",
+    ):
         assert f"{{cite}}`{key}`" in text, key
     assert "Appendix A.2" in text and "Figure 1" in text
     bib = (ROOT / "book" / "references.bib").read_text()
@@ -238,8 +257,9 @@ def test_chapter_2_cites_what_it_attributes() -> None:
 
 
 def test_precision_of_positions_and_angles() -> None:
-    """Chapter 2, why double precision: float32 numbers near 100 000 are 1/128 apart and
-    float32 angles there are off by thousandths of a radian; bfloat16 (8 significant
+    """Chapter 2, why double precision: p * omega_0 = p is exact in float32 (integers up
+    to 2^24); float32 numbers near 100 000 are 1/128 apart and float32 angles of the
+    pairs i >= 1 there are off by thousandths of a radian; bfloat16 (8 significant
     bits) holds integers exactly up to 256, float16 (11 bits) up to 2048 and nothing
     above 65 504."""
     big = torch.tensor(100_000.0)
@@ -247,10 +267,18 @@ def test_precision_of_positions_and_angles() -> None:
     positions = torch.arange(99_990, 100_000, dtype=torch.float64)
     omega = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
     angles32 = (positions.float()[:, None] * omega.float()).double()
-    error = (angles32 - positions[:, None] * omega).abs().max().item()
+    errors = (angles32 - positions[:, None] * omega).abs()  # (10, 32)
+    error = errors.max().item()
     assert 1e-3 <= error < 1e-2
+    # the fastest pair is exact (p * omega_0 = p, an integer below 2^24): the loss is
+    # in the pairs i >= 1
+    assert errors[:, 0].max().item() == 0.0
+    assert errors[:, 1:].max().item() == error
+    exact_ints = torch.tensor([2.0**24 - 1, 2.0**24], dtype=torch.float64)
+    assert torch.equal(exact_ints.float().double(), exact_ints)
+    assert torch.tensor(2.0**24 + 1).float().item() != 2.0**24 + 1
     for dtype, bits in ((torch.bfloat16, 8), (torch.float16, 11)):
-        n = 2 ** bits
+        n = 2**bits
         exact = torch.arange(n + 1, dtype=torch.float64)
         assert torch.equal(exact.to(dtype).double(), exact)
         assert torch.tensor(float(n + 1)).to(dtype).item() != n + 1
@@ -271,3 +299,37 @@ def test_attention_over_a_memory_is_invariant_to_its_order(gen) -> None:
     torch.testing.assert_close(both, out, rtol=1e-12, atol=1e-12)
     keys_only, _ = cl.scaled_dot_product_attention(q, p @ k, v)
     assert (keys_only - out).abs().max() > 1e-3
+
+
+def test_invariance_keeps_every_row_and_sympy_checks_one_size(gen) -> None:
+    """Chapter 1 (issue 33): invariance means row i of f(PX) is row i of f(X) (a row
+    sum pooled over tokens is invariant, row by row, while attention is not); the
+    SymPy check is said to cover one size only (3 tokens, 2 features)."""
+    x = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    p = cl.permutation_matrix([3, 0, 4, 1, 2]).double()
+
+    def pooled(t):  # every row gets the mean over tokens: an invariant map
+        return t.mean(0, keepdim=True).expand_as(t)
+
+    torch.testing.assert_close(pooled(p @ x), pooled(x), rtol=0, atol=1e-12)
+    out, _ = cl.scaled_dot_product_attention(x, x, x)
+    out_p, _ = cl.scaled_dot_product_attention(p @ x, p @ x, p @ x)
+    assert (out_p - out).abs().max() > 1e-3  # not invariant: rows move
+    torch.testing.assert_close(out_p, p @ out, rtol=0, atol=1e-12)  # equivariant
+    text = " ".join(CH1.read_text(encoding="utf-8").split())
+    assert "row $i$ of $f(PX)$ is row $i$ of $f(X)$" in text
+    assert "covers every real matrix *of one size* at once" in text
+    assert "only the proof covers every $n$ and $d$" in text
+    assert "give every token the same output whatever the order" not in text
+
+
+def test_chapter_2_does_not_overclaim_the_paper() -> None:
+    """Chapter 2 (issue 33): the relative property was Vaswani et al.'s hypothesis
+    (§3.5), not a property they showed; the sqrt(d) argument is a reconstruction (the
+    paper, §3.4, gives no reason)."""
+    text = " ".join(CH2.read_text(encoding="utf-8").split())
+    assert "met all four" not in text
+    assert "the fourth was their hypothesis" in text
+    assert "what follows is a reconstruction, not the authors' argument" in text
+    assert "The numbers make it plain" not in text
+    assert "$p\\,\\omega_0 = p$ is an integer, and float32 holds every integer" in text

@@ -34,8 +34,9 @@ def gen() -> torch.Generator:
 
 
 def _ccw(a: float) -> torch.Tensor:
-    return torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
-                        dtype=torch.float64)
+    return torch.tensor(
+        [[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=torch.float64
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -60,12 +61,48 @@ def test_narrow_head_still_attends_j_places_back(d_k: int, j: int) -> None:
     assert torch.equal(scores[j:].argmax(-1), torch.arange(n - j))
 
 
+def test_offset_matrix_attention_is_nearly_flat_until_scaled_up() -> None:
+    """Chapter 3 (issue 33): with W_Q W_K^T = M(j) the raw score peaks j places back,
+    but softmax(score / sqrt(64)) over 40 keys is nearly flat: at p = 20 about 7.4 %
+    on key 17 against 6.4 % on the next best (uniform 2.5 %); c M(j) with c = 8 puts
+    more than half the weight there. Scores from the closed form
+    sum_i cos((p - q - j) w_i), not from the library's matrix."""
+    d, n, j = 64, 40, 3
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    offsets = torch.arange(n)[:, None] - torch.arange(n)[None, :] - j  # p - q - j
+    scores = torch.cos(offsets[..., None] * omega).sum(-1)  # (n, n)
+    for c, low, high in ((1, 0.07, 0.075), (8, 0.5, 1.0)):
+        w = torch.softmax(c * scores / math.sqrt(d), dim=-1)
+        assert torch.equal(w[j:].argmax(-1), torch.arange(n - j))
+        top, nxt = w[20].topk(2).values.tolist()
+        assert low < top < high
+        if c == 1:
+            assert 0.06 < nxt < 0.065 and top < 3 / n
+    text = CH3.read_text(encoding="utf-8")
+    for name in ("rot_attn_top", "rot_attn_next", "rot_attn_top_c8"):
+        assert f'glue("{name}"' in text and f"{{glue:text}}`{name}:" in text
+    assert "every position attends to the one" not in text
+
+
+def test_chapter_3_gives_both_of_vaswanis_reasons() -> None:
+    """Vaswani et al. §3.5 give two reasons for the sinusoids: relative attention (a
+    hypothesis) and extrapolation to longer sequences; chapter 3 quotes both."""
+    text = " ".join(CH3.read_text(encoding="utf-8").split())
+    assert "give two reasons for the sinusoids" in text
+    assert "may allow the model to extrapolate" in text
+    assert "in one sentence" not in text
+
+
 def test_chapter_3_numbers_are_glued_and_right() -> None:
     """The summary's dot products and the 'cos 5' and '2 pi - 6' remarks come from glue,
     and the glued expressions give the rounded values the text shows."""
     text = CH3.read_text(encoding="utf-8")
-    for name, fmt in (("dot_offset_1", ".4f"), ("dot_offset_5", ".4f"),
-                      ("cos_5", ".2f"), ("two_pi_minus_6", ".2f")):
+    for name, fmt in (
+        ("dot_offset_1", ".4f"),
+        ("dot_offset_5", ".4f"),
+        ("cos_5", ".2f"),
+        ("two_pi_minus_6", ".2f"),
+    ):
         assert f"{{glue:text}}`{name}:{fmt}`" in text
         assert f'glue("{name}"' in text
     for typed in ("1.5403", "1.2824", "0.28$"):
@@ -92,7 +129,8 @@ def test_real_requirement_admits_any_invertible_matrix(gen, kind: str) -> None:
     q, k = torch.randn(2, 2, generator=gen, dtype=torch.float64)
     if kind == "random":
         a = torch.randn(2, 2, generator=gen, dtype=torch.float64) + 2 * torch.eye(
-            2, dtype=torch.float64)
+            2, dtype=torch.float64
+        )
         a = a / abs(torch.linalg.det(a).item()) ** 0.5  # |det A| = 1
     elif kind == "stretch":
         a = torch.diag(torch.tensor([1.1, 0.9], dtype=torch.float64))
@@ -204,7 +242,8 @@ def test_gpt_neox_float16_report() -> None:
     diff = abs(math.cos(1045.0) - math.cos(angle_f32.item()))
     assert diff > 0.5
     assert diff == pytest.approx(
-        (angle_f16.float().cos() - angle_f32.cos()).abs().item(), abs=1e-5)
+        (angle_f16.float().cos() - angle_f32.cos()).abs().item(), abs=1e-5
+    )
 
 
 def test_module_cast_to_bfloat16_rounds_only_its_tables(gen) -> None:
@@ -232,6 +271,51 @@ def test_module_cast_to_bfloat16_rounds_only_its_tables(gen) -> None:
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("dim", [2, 8, 16])
+def test_rope_rotation_is_the_sinusoid_shift_matrix_backwards(dim: int, gen) -> None:
+    """Chapter 4: R_{Theta, m} = M(-m) of chapter 3 (B(-a) = R(a)), checked against
+    rotations built here, pair by pair."""
+    x = torch.randn(5, dim, generator=gen, dtype=torch.float64)
+    theta = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    for m in (0, 1, 7, -3, 250):
+        r = torch.block_diag(*[_ccw(m * th) for th in theta.tolist()])
+        torch.testing.assert_close(
+            cl.offset_matrix(-m, dim, dtype=torch.float64), r, atol=1e-12, rtol=0
+        )
+        torch.testing.assert_close(
+            x @ r.T, cl.apply_rope(x, torch.full((5,), m)), atol=1e-12, rtol=0
+        )
+
+
+def test_bfloat16_tables_and_float16_frequencies() -> None:
+    """Chapter 4, precision cell: at positions 4000..4003 (head 128) the bfloat16
+    cos/sin tables of a cast RotaryEmbedding are within 2^-9 of the exact values, and
+    cosines from float16 frequencies are off by more than 0.2."""
+    pos = torch.arange(4000, 4004)
+    theta = 10000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    exact = pos.double()[:, None] * theta  # (4, 64)
+    rope = cl.RotaryEmbedding(128, max_seq_len=4096).to(torch.bfloat16)
+    for table, fn in ((rope.cos_cached, torch.cos), (rope.sin_cached, torch.sin)):
+        assert (table[pos].double() - fn(exact)).abs().max() <= 2.0**-9
+    theta_f16 = theta.to(torch.float16).double()
+    assert (
+        torch.cos(pos.double()[:, None] * theta_f16) - torch.cos(exact)
+    ).abs().max() > 0.2
+
+
+def test_chapter_4_length_factor_and_implicit_requirement() -> None:
+    """Issue 33: the chapter says the length factor that breaks relative scores is one
+    applied alike to queries and keys (zeta^m / zeta^-n keeps them), and that RoFormer
+    assumes the complex-product requirement implicitly (eq. 21 is the real inner
+    product; eqs. 23-24 split lengths and angles)."""
+    text = " ".join(CH4.read_text(encoding="utf-8").split())
+    assert "a length factor applied alike to queries and keys" in text
+    assert "The paper assumes this stronger requirement implicitly" in text
+    assert "Its eq. 21 asks only for the real inner product" in text
+    assert "off by two" not in text
+    assert "RoFormer (§3.4.1) asks for more" not in text
+
+
 def test_all_ones_decay_caption() -> None:
     """Figure fig-rope-decay, right panel: (2/d) sum_i cos(r theta_i) for d = 128 falls
     from 1 at r = 0 to about 0.3 at r = 250 (caption)."""
@@ -240,8 +324,11 @@ def test_all_ones_decay_caption() -> None:
     rotated = cl.apply_rope(ones)[0]  # positions 0..250
     score = rotated @ rotated[0] / 128
     assert score[0].item() == pytest.approx(1.0)
-    torch.testing.assert_close(score, (2 / 128) * torch.cos(
-        torch.arange(251, dtype=torch.float64)[:, None] * theta).sum(-1))
+    torch.testing.assert_close(
+        score,
+        (2 / 128)
+        * torch.cos(torch.arange(251, dtype=torch.float64)[:, None] * theta).sum(-1),
+    )
     assert score[250].item() == pytest.approx(0.3, abs=0.05)
     assert "falls from 1 to about 0.3 over 250 positions" in CH4.read_text("utf-8")
 
@@ -251,11 +338,15 @@ def test_chapter_4_states_the_papers_conventions() -> None:
     n - m, eq. 16 drops the transpose, gamma = 0 is forced; theta_q, theta_k are
     renamed psi (theta is the frequency); the precision numbers are glued."""
     text = CH4.read_text(encoding="utf-8")
-    for phrase in ("§3.4.1 writes the same steps with the offset as $n - m$",
-                   "prints $W_q$ where $W_q^\\top$ is meant",
-                   "already forces it", "RoFormer calls them $\\theta_q$",
-                   "{cite}`gptneox2023rotaryfp16`", "{cite}`hf2024ropeprecision`",
-                   "{cite}`meta2023llamacode`"):
+    for phrase in (
+        "§3.4.1 writes the same steps with the offset as $n - m$",
+        "prints $W_q$ where $W_q^\\top$ is meant",
+        "already forces it",
+        "RoFormer calls them $\\theta_q$",
+        "{cite}`gptneox2023rotaryfp16`",
+        "{cite}`hf2024ropeprecision`",
+        "{cite}`meta2023llamacode`",
+    ):
         assert phrase in text, phrase
     assert not re.search(r"\\theta_q\s*-|\\theta_k\s*-|\+ \\theta_k", text)
     for name in ("f32_cos_128k", "f32_cos_1m", "f64_err_1m", "neox_cos_err"):
@@ -291,9 +382,13 @@ def test_larger_base_shifts_the_decay_to_longer_distances(r: int) -> None:
     for base in (10_000.0, 500_000.0):
         theta = cl.rope_frequencies(128, base=base, dtype=torch.float64)
         e = torch.polar(torch.ones_like(theta), r * theta)
-        values[base] = (e.cumsum(0).abs().mean().item(),
-                        (2 / 128) * torch.cos(r * theta).sum().item())
+        values[base] = (
+            e.cumsum(0).abs().mean().item(),
+            (2 / 128) * torch.cos(r * theta).sum().item(),
+        )
     assert values[500_000.0][0] > values[10_000.0][0]
     assert values[500_000.0][1] > values[10_000.0][1]
-    assert "at a distance of 250, the bound factor and the all-ones score" in \
-        CH4.read_text("utf-8").replace("\n", " ")
+    assert (
+        "at a distance of 250, the bound factor and the all-ones score"
+        in CH4.read_text("utf-8").replace("\n", " ")
+    )

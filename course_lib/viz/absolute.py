@@ -65,8 +65,9 @@ def plot_attention_permutation(
     d_model = require_positive_int(fn, "d_model", d_model)
     tokens = list(tokens)
     if len(perm) != len(tokens):
-        fail(fn, f"perm must have one entry per token ({len(tokens)}), "
-             f"got {list(perm)}")
+        fail(
+            fn, f"perm must have one entry per token ({len(tokens)}), got {list(perm)}"
+        )
     p = permutation_matrix(list(perm))  # (n, n)
     g = torch.Generator().manual_seed(seed)
     vocab = sorted(set(tokens))
@@ -127,12 +128,21 @@ def plot_encoding_heatmap(
     pe = sinusoidal_encoding(max_len, d_model, base=base, layout=layout)
     fig = new_figure(6.4, 3.6)
     ax = fig.subplots()
-    im = ax.imshow(pe.numpy(), cmap=DIVERGING, vmin=-1, vmax=1, aspect="auto",
-                   interpolation="nearest")
+    im = ax.imshow(
+        pe.numpy(),
+        cmap=DIVERGING,
+        vmin=-1,
+        vmax=1,
+        aspect="auto",
+        interpolation="nearest",
+    )
     ax.set_xlabel("dimension of the encoding")
     ax.set_ylabel("position $p$")
-    what = ("sin in even, cos in odd columns" if layout == "interleaved"
-            else "all sines, then all cosines")
+    what = (
+        "sin in even, cos in odd columns"
+        if layout == "interleaved"
+        else "all sines, then all cosines"
+    )
     ax.set_title(f"Sinusoidal encoding, $d_{{model}}={d_model}$ ({what})")
     fig.colorbar(im, ax=ax, label="$PE_{p,j}$")
     return fig
@@ -177,8 +187,11 @@ def plot_wavelengths(
     for c in columns:
         kind = "sin" if c % 2 == 0 else "cos"
         lam = 2 * math.pi / omega[c // 2].item()
-        left.plot(pe[:, c].numpy(), lw=1.0 if c < 2 else 1.5,
-                  label=f"column {c} ({kind}), $\\lambda$ = {lam:.3g}")
+        left.plot(
+            pe[:, c].numpy(),
+            lw=1.0 if c < 2 else 1.5,
+            label=f"column {c} ({kind}), $\\lambda$ = {lam:.3g}",
+        )
     left.set_xlabel("position $p$")
     left.set_ylabel("$PE_{p,j}$")
     left.set_title("Columns of the table over positions")
@@ -246,8 +259,13 @@ def plot_dot_product_vs_distance(
     styles = ("-", "--", ":", "-.")
     for n, p in enumerate(anchors):
         offsets = np.arange(-p, max_len - p)
-        right.plot(offsets, gram[p, p + offsets], styles[n % len(styles)], lw=1.4,
-                   label=f"$p = {p}$")
+        right.plot(
+            offsets,
+            gram[p, p + offsets],
+            styles[n % len(styles)],
+            lw=1.4,
+            label=f"$p = {p}$",
+        )
     right.set_xlabel("offset $k$")
     right.set_ylabel(r"$PE_p \cdot PE_{p+k}$")
     right.set_title("Same curve from every anchor $p$")
@@ -277,8 +295,10 @@ def plot_position_ids(lengths: Sequence[int] = (5, 3, 2), seq_len: int = 6) -> F
     seq_len = require_positive_int(fn, "seq_len", seq_len)
     lengths = [require_int(fn, "lengths[...]", n, minimum=0) for n in lengths]
     if not lengths or max(lengths) > seq_len:
-        fail(fn, f"lengths must be non-empty and at most seq_len={seq_len}, "
-             f"got {lengths}")
+        fail(
+            fn,
+            f"lengths must be non-empty and at most seq_len={seq_len}, got {lengths}",
+        )
     t = torch.arange(seq_len)
     n = torch.tensor(lengths)[:, None]  # (batch, 1)
     masks = {"right padding": t < n, "left padding": t >= seq_len - n}
@@ -287,13 +307,20 @@ def plot_position_ids(lengths: Sequence[int] = (5, 3, 2), seq_len: int = 6) -> F
     axes = fig.subplots(1, 2)
     for ax, (title, mask) in zip(axes, masks.items(), strict=True):
         ids = position_ids_from_attention_mask(mask)  # (batch, seq_len)
-        ax.imshow(mask.numpy(), cmap="Greens", vmin=-0.6, vmax=1.6,
-                  interpolation="nearest")
+        ax.imshow(
+            mask.numpy(), cmap="Greens", vmin=-0.6, vmax=1.6, interpolation="nearest"
+        )
         for (r, c), pid in np.ndenumerate(ids.numpy()):
             real = bool(mask[r, c])
-            ax.text(c, r, str(pid) if real else f"pad\n({pid})", ha="center",
-                    va="center", fontsize=8 if real else 6.5,
-                    color="black" if real else "gray")
+            ax.text(
+                c,
+                r,
+                str(pid) if real else f"pad\n({pid})",
+                ha="center",
+                va="center",
+                fontsize=8 if real else 6.5,
+                color="black" if real else "gray",
+            )
         ax.set_xticks(range(seq_len))
         ax.set_yticks(range(len(lengths)), [f"seq {b}" for b in range(len(lengths))])
         ax.set_xlabel("slot in the padded batch")
@@ -339,10 +366,13 @@ def plot_offset_rotation(
     if d_model > 8:
         fail(fn, f"d_model must be at most 8 (one panel per pair), got {d_model}")
     k = require_int(fn, "k", k)
-    pe = sinusoidal_encoding(max_pos + 1 + max(positions, default=0), d_model,
-                             base=base).double()
-    shifted = (offset_matrix(k, d_model, base=base, dtype=torch.float64)
-               @ pe[list(positions)].T).T  # (len(positions), d_model)
+    pe = sinusoidal_encoding(
+        max_pos + 1 + max(positions, default=0), d_model, base=base
+    ).double()
+    shifted = (
+        offset_matrix(k, d_model, base=base, dtype=torch.float64)
+        @ pe[list(positions)].T
+    ).T  # (len(positions), d_model)
 
     n_pairs = d_model // 2
     fig = new_figure(3.3 * n_pairs, 3.7)
@@ -354,22 +384,39 @@ def plot_offset_rotation(
         ax.plot(dots[:, 0], dots[:, 1], "o", ms=4, color="0.35", zorder=3)
         ax.plot(np.sin(circle), np.cos(circle), color="0.8", lw=0.8, zorder=1)
         for p, (s, c) in enumerate(dots):
-            ax.annotate(str(p), (s, c), xytext=(9 * s, 9 * c),
-                        textcoords="offset points", ha="center", va="center",
-                        fontsize=7, color="0.35")
+            ax.annotate(
+                str(p),
+                (s, c),
+                xytext=(9 * s, 9 * c),
+                textcoords="offset points",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="0.35",
+            )
         ends = []
         for n, p in enumerate(positions):
             start = pe[p, 2 * i : 2 * i + 2].numpy()
             end = shifted[n, 2 * i : 2 * i + 2].numpy()
             ends.append(end)
-            ax.add_patch(FancyArrowPatch(
-                tuple(start), tuple(end), arrowstyle="-|>", mutation_scale=10,
-                color=colors(n % 10), lw=1.4, zorder=4,
-                connectionstyle="arc3,rad=-0.25",
-                label=f"$p={p} \\to {p + k}$"))
+            ax.add_patch(
+                FancyArrowPatch(
+                    tuple(start),
+                    tuple(end),
+                    arrowstyle="-|>",
+                    mutation_scale=10,
+                    color=colors(n % 10),
+                    lw=1.4,
+                    zorder=4,
+                    connectionstyle="arc3,rad=-0.25",
+                    label=f"$p={p} \\to {p + k}$",
+                )
+            )
         omega = base ** (-2 * i / d_model)
-        ax.set_title(f"pair {i}: $\\omega_{i}$ = {omega:.3g} rad per position\n"
-                     f"turn by $k\\omega_{i}$ = {k * omega:.3g} rad")
+        ax.set_title(
+            f"pair {i}: $\\omega_{i}$ = {omega:.3g} rad per position\n"
+            f"turn by $k\\omega_{i}$ = {k * omega:.3g} rad"
+        )
         ax.set_xlabel(f"$PE_{{p,{2 * i}}} = \\sin(p\\,\\omega_{i})$")
         ax.set_ylabel(f"$PE_{{p,{2 * i + 1}}} = \\cos(p\\,\\omega_{i})$")
         ax.set_aspect("equal")
@@ -384,10 +431,13 @@ def plot_offset_rotation(
             ax.set_xlim(-1.35, 1.35)
             ax.set_ylim(-1.35, 1.35)
     handles = axes[0].patches
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
-               fontsize=8)
-    fig.suptitle(f"$PE_{{p+{k}}} = M({k})\\,PE_p$: every pair turns by a fixed angle",
-                 fontsize=10)
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8
+    )
+    fig.suptitle(
+        f"$PE_{{p+{k}}} = M({k})\\,PE_p$: every pair turns by a fixed angle",
+        fontsize=10,
+    )
     return fig
 
 
@@ -412,14 +462,18 @@ def plot_wavelength_comparison(frequencies: dict[str, torch.Tensor]) -> Figure:
     fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for label, omega in frequencies.items():
-        if not isinstance(omega, torch.Tensor) or omega.ndim != 1 or not bool(
-            (omega > 0).all()
+        if (
+            not isinstance(omega, torch.Tensor)
+            or omega.ndim != 1
+            or not bool((omega > 0).all())
         ):
-            fail(fn, f"frequencies[{label!r}] must be a 1-D tensor of positive "
-                 f"frequencies, got {omega!r}")
+            fail(
+                fn,
+                f"frequencies[{label!r}] must be a 1-D tensor of positive "
+                f"frequencies, got {omega!r}",
+            )
         wavelength = (2 * math.pi / omega.double()).numpy()
-        ax.plot(np.arange(len(wavelength)), wavelength, ".-", ms=3, lw=1.1,
-                label=label)
+        ax.plot(np.arange(len(wavelength)), wavelength, ".-", ms=3, lw=1.1, label=label)
     ax.set_yscale("log")
     ax.set_xlabel("pair index $i$ (columns $2i, 2i+1$)")
     ax.set_ylabel("wavelength (positions)")
@@ -464,8 +518,10 @@ def plot_row_separation(
     max_offset = require_positive_int(fn, "max_offset", max_offset)
     widths = [require_positive_int(fn, "d_models[...]", d) for d in d_models]
     if not widths or any(d % 2 for d in widths):
-        fail(fn, f"d_models must be a non-empty list of even widths, "
-             f"got {list(d_models)}")
+        fail(
+            fn,
+            f"d_models must be a non-empty list of even widths, got {list(d_models)}",
+        )
     fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for d in widths:
@@ -473,10 +529,16 @@ def plot_row_separation(
         dist = (pe[1:] - pe[0]).norm(dim=-1)  # (K,): offset k = 1..K
         running = torch.cummin(dist, dim=0).values  # (K,)
         drops = torch.nonzero(running[1:] < running[:-1]).flatten() + 1
-        idx = torch.cat((torch.zeros(1, dtype=torch.long), drops,
-                         torch.tensor([max_offset - 1])))
-        ax.plot((idx + 1).numpy(), running[idx].numpy(), drawstyle="steps-post",
-                lw=1.4, label=f"$d_{{model}} = {d}$")
+        idx = torch.cat(
+            (torch.zeros(1, dtype=torch.long), drops, torch.tensor([max_offset - 1]))
+        )
+        ax.plot(
+            (idx + 1).numpy(),
+            running[idx].numpy(),
+            drawstyle="steps-post",
+            lw=1.4,
+            label=f"$d_{{model}} = {d}$",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("range of offsets $K$ (positions)")
@@ -504,7 +566,10 @@ def plot_offset_matrix(
 
     Returns:
         Figure with one axes whose image is ``offset_matrix(k, d_model, base=base)``
-        in float64, each cell labelled with its value.
+        in float64 (the colour shows each value); each entry of a block is labelled
+        with its symbol, :math:`c_i`, :math:`s_i` or :math:`-s_i` (with
+        :math:`c_i = \cos k\omega_i`, :math:`s_i = \sin k\omega_i`), not with its
+        number: the exercise that builds :math:`M(k)` is left to derive the values.
     """
     from ..rotation import offset_matrix
 
@@ -519,13 +584,26 @@ def plot_offset_matrix(
     im = ax.imshow(m, cmap=DIVERGING, vmin=-1, vmax=1, interpolation="nearest")
     for (r, c), val in np.ndenumerate(m):
         if r // 2 == c // 2:
-            ax.text(c, r, f"{val:.3f}", ha="center", va="center", fontsize=6.5,
-                    color="white" if abs(val) > 0.6 else "black")
+            i = r // 2
+            symbol = f"c_{i}" if r == c else (f"s_{i}" if r < c else f"-s_{i}")
+            ax.text(
+                c,
+                r,
+                f"${symbol}$",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if abs(val) > 0.6 else "black",
+            )
     for i in range(d_model // 2):
-        ax.add_patch(Rectangle((2 * i - 0.5, 2 * i - 0.5), 2, 2, fill=False,
-                               edgecolor="0.2", lw=1.0))
-    names = [f"{'sin' if j % 2 == 0 else 'cos'} $\\omega_{j // 2}$"
-             for j in range(d_model)]
+        ax.add_patch(
+            Rectangle(
+                (2 * i - 0.5, 2 * i - 0.5), 2, 2, fill=False, edgecolor="0.2", lw=1.0
+            )
+        )
+    names = [
+        f"{'sin' if j % 2 == 0 else 'cos'} $\\omega_{j // 2}$" for j in range(d_model)
+    ]
     ax.set_xticks(range(d_model), names, rotation=90)
     ax.set_yticks(range(d_model), names)
     ax.set_xlabel("input: column of $PE_p$")
