@@ -354,7 +354,14 @@ def _add_feedback(sub, quiet_opts, course_opts) -> None:
     p = sub.add_parser(
         "feedback",
         parents=[course_opts, quiet_opts],
-        help="write feedback HTML for every submission (nbgrader generate_feedback)",
+        help="write feedback HTML for every submission (nbgrader generate_feedback), "
+        "and the zips that return it through Canvas and Moodle",
+        description="Write nbgrader's feedback page for every graded submission "
+        "and a page with the reason for each one that could not be graded; then, for "
+        "the students whose notebook course collect took from a Canvas or Moodle "
+        "download, reports/lms/ASSIGNMENT/canvas.zip (for Canvas's Re-Upload "
+        "Submissions) and moodle.zip (for Moodle's Upload multiple feedback files "
+        "in a zip).",
     )
     p.add_argument("assignment", help="assignment id or prefix")
 
@@ -621,8 +628,10 @@ def _cmd_autograde(args) -> int:
 
 def _cmd_feedback(args) -> int:
     from .grading.feedback import feedback
+    from .grading.lms_return import format_lms_archives, lms_archives
 
-    res = feedback(_course(args), args.assignment)
+    course = _course(args)
+    res = feedback(course, args.assignment)
     print(
         f"{res.assignment}: feedback for {len(res.graded)} graded and "
         f"{len(res.ungradable)} ungradable submissions"
@@ -630,6 +639,13 @@ def _cmd_feedback(args) -> int:
     if not args.quiet:
         for path in res.graded + res.ungradable:
             print(f"  {path}")
+    archives = lms_archives(course, res.assignment)
+    lines = format_lms_archives(archives, course.root)
+    if args.quiet and archives.not_included:  # the count, not the list
+        lines = [line for line in lines if line.startswith(("wrote", "removed"))]
+        lines.append(f"{len(archives.not_included)} students not in an LMS archive")
+    if lines:
+        print("\n".join(lines))
     return 0
 
 
