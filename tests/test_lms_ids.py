@@ -12,6 +12,7 @@ worksheet (Identifier "Participant <n>", Full name, Email address, Status, ...;
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import shutil
@@ -130,47 +131,64 @@ MOODLE_DOWNLOAD = {  # <full name>_<participant id>_assignsubmission_file_/<file
 }
 
 
+def _run(course, *argv: str) -> str:
+    """What ``course ARGV`` prints in the course folder (paths relative to it)."""
+    out = io.StringIO()
+    with contextlib.chdir(course.root), contextlib.redirect_stdout(out):
+        code = cli.main([*argv, "--root", str(course.root)])
+    assert code == 0, out.getvalue()
+    return out.getvalue().replace(f"{course.root}/", "")
+
+
 @pytest.fixture(scope="module")
 def canvas_class(tmp_path_factory):
-    """A class on Canvas: roster from the export, download collected, graded."""
+    """A class on Canvas, run with the commands of the instructor guide: roster
+    from the export, the download collected, graded; what each command printed."""
     from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.roster import read_roster
 
     tmp = tmp_path_factory.mktemp("canvas")
     course = _course(tmp / "course")
-    roster = tmp / "Grades-Course.csv"
+    roster = course.root / "Grades-Course.csv"
     roster.write_text(_csv(CANVAS_EXPORT), encoding="utf-8")
-    loaded = load_roster(course, roster)
+    loaded = read_roster(roster)
     download = _zip(
-        tmp / "submissions.zip",
+        course.root / "submissions.zip",
         {k: _submission(course, v) for k, v in CANVAS_DOWNLOAD.items()},
     )
-    collected = collect(course, download, A)
+    printed = {"roster": _run(course, "roster", "Grades-Course.csv")}
+    printed["collect"] = _run(course, "collect", "submissions.zip", "-a", "ex90")
+    collected = collect(course, download, A)  # again: all unchanged
     graded = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
-    return course, loaded, collected, graded, download
+    return course, loaded, collected, graded, download, printed
 
 
 @pytest.fixture(scope="module")
 def moodle_class(tmp_path_factory):
-    """A class on Moodle: grade export, then the download refused until the
-    grading worksheet is loaded, then collected and graded."""
+    """A class on Moodle, run with the guide's commands: grade export, then the
+    download refused until the grading worksheet is loaded, then collected and
+    graded; what each command printed."""
     from course_lib.grading.autograde import AutogradeOptions, autograde
 
     tmp = tmp_path_factory.mktemp("moodle")
     course = _course(tmp / "course")
-    export = tmp / "grades.csv"
-    export.write_text(_csv(MOODLE_EXPORT), encoding="utf-8")
-    loaded = load_roster(course, export)
-    download = tmp / "download"
+    (course.root / "grades.csv").write_text(_csv(MOODLE_EXPORT), encoding="utf-8")
+    download = course.root / "download"
     for name, body in MOODLE_DOWNLOAD.items():
         (download / name).parent.mkdir(parents=True, exist_ok=True)
         (download / name).write_bytes(_submission(course, body))
+    printed = {"roster": _run(course, "roster", "grades.csv")}
+    loaded = load_roster(course, course.root / "grades.csv")  # again: unchanged
+    printed["before"] = _run(course, "collect", "download", "-a", "ex90")
     before = collect(course, download, A)
-    worksheet = tmp / "worksheet.csv"
-    worksheet.write_text(_csv(MOODLE_WORKSHEET), encoding="utf-8")
-    mapped = load_roster(course, worksheet, assignment="ex90")
+    sheet = course.root / "worksheet.csv"
+    sheet.write_text(_csv(MOODLE_WORKSHEET), encoding="utf-8")
+    printed["worksheet"] = _run(course, "roster", "worksheet.csv", "-a", "ex90")
+    mapped = load_roster(course, sheet, assignment="ex90")
+    printed["after"] = _run(course, "collect", "download", "-a", "ex90")
     after = collect(course, download, A)
     graded = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
-    return course, loaded, before, mapped, after, graded
+    return course, loaded, before, mapped, after, graded, printed
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -178,10 +196,11 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.slow
 def test_canvas_roster_reads_the_export(canvas_class):
     course, loaded, *_ = canvas_class
     assert loaded.kind == "canvas"
-    assert loaded.added == ["111", "333", "555"]
+    assert [r.id for r in loaded.rows] == ["111", "333", "555"]
     assert [line for line, _ in loaded.problems] == [6]  # "Points Possible" skipped
     assert "not a numeric user id" in loaded.problems[0][1]
     with course.gradebook() as gb:
@@ -193,9 +212,9 @@ def test_canvas_roster_reads_the_export(canvas_class):
 def test_two_canvas_students_of_one_name_are_graded_as_two(canvas_class, tmp_path):
     from course_lib.grading.lms import term_report
 
-    course, _, collected, graded, download = canvas_class
-    assert sorted(s for s, _, _ in collected.placed) == ["111", "333"]
-    assert collected.not_placed == []
+    course, _, collected, graded, download, _ = canvas_class
+    assert sorted(s for s, _ in collected.unchanged) == ["111", "333"]
+    assert collected.not_placed == [] and collected.placed == []
     scores = {o.student: o.score for o in graded.outcomes}
     assert scores == {"111": FULL, "333": NONE}
     with course.gradebook() as gb:
@@ -223,9 +242,9 @@ def test_two_canvas_students_of_one_name_are_graded_as_two(canvas_class, tmp_pat
 def test_two_moodle_students_of_one_name_are_graded_as_two(moodle_class, tmp_path):
     from course_lib.grading.lms import term_report
 
-    course, loaded, before, mapped, after, graded = moodle_class
+    course, loaded, before, mapped, after, graded, _ = moodle_class
     assert loaded.kind == "moodle"
-    assert loaded.added == [
+    assert [r.id for r in loaded.rows] == [
         "li.wei@uni.example",
         "li.wei2@uni.example",
         "ann.ng@uni.example",
@@ -242,7 +261,7 @@ def test_two_moodle_students_of_one_name_are_graded_as_two(moodle_class, tmp_pat
         ("7003", "ann.ng@uni.example"),
     ]
     assert mapped.added == [] and mapped.updated == []  # names kept from the export
-    assert sorted(s for s, _, _ in after.placed) == [
+    assert sorted(s for s, _ in after.unchanged) == [
         "li.wei2@uni.example",
         "li.wei@uni.example",
     ]
@@ -391,3 +410,129 @@ def test_the_default_cap_is_nbgraders(tmp_path):
     from course_lib.grading.course import Course
 
     assert Course(course.root).max_file_size() == 5000
+
+
+def _guide_transcripts() -> list[tuple[str, str]]:
+    """``(command, output)`` of every console block of the guide's LMS round trip
+    (blocks indented inside its numbered list)."""
+    import textwrap
+
+    guide = (ROOT / "book" / "instructor-guide.md").read_text()
+    section = guide.split("## A class on Canvas or Moodle: the round trip", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    pairs = []
+    for block in section.split("```console\n")[1:]:
+        body = textwrap.dedent(block.split("```", 1)[0])
+        for chunk in body.split("$ ")[1:]:
+            command, _, output = chunk.partition("\n")
+            pairs.append((command, output))
+    return pairs
+
+
+@pytest.mark.slow
+def test_the_guide_shows_the_real_round_trip(canvas_class, moodle_class):
+    from course_lib.grading.lms import term_report
+
+    shown = _guide_transcripts()
+    canvas, moodle = canvas_class[-1], moodle_class[-1]
+    expected = [
+        ("course roster Grades-Course.csv", canvas["roster"]),
+        ("course collect submissions.zip -a ex90", canvas["collect"]),
+        ("course collect download -a ex90", moodle["before"]),
+        ("course roster worksheet.csv -a ex90", moodle["worksheet"]),
+        ("course collect download -a ex90", moodle["after"]),
+        (
+            "cat reports/all/canvas.csv",
+            term_report(canvas_class[0]).files["canvas"].read_text(),
+        ),
+        (
+            "cat reports/all/moodle.csv",
+            term_report(moodle_class[0]).files["moodle"].read_text(),
+        ),
+    ]
+    assert shown == expected
+
+
+# --- the size cap ------------------------------------------------------------------
+
+
+def test_a_zip_bomb_is_refused_before_extraction(tmp_path):
+    """An entry whose declared size is over the cap is not read at all."""
+    course = _course(tmp_path / "course")
+    cap = 1_000_000
+    big = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(big, "w", zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("weili_111_9001_ex90_add.ipynb", "w", force_zip64=True) as fh:
+            for _ in range(20):  # 20 MB of zeros: about 20 kB compressed
+                fh.write(bytes(1_000_000))
+    assert big.stat().st_size < 100_000
+    report = collect(course, big, A, max_file_size=cap)
+    assert report.placed == []
+    (name, why), *rest = report.not_placed
+    assert rest == []
+    assert "20.0 MB, larger than the cap of 1.0 MB per file" in why
+    assert not (course.submitted_dir / "111").exists()
+
+
+def test_a_lying_zip_header_stops_at_the_cap(tmp_path):
+    """An entry that declares a small size but inflates to more: reading stops at
+    the cap, and nothing of it is written."""
+    course = _course(tmp_path / "course")
+    cap = 100_000
+    payload = b"{" + bytes(300_000)  # 300 kB, compresses to a few hundred bytes
+    path = tmp_path / "liar.zip"
+    name = "weili_111_9001_ex90_add.ipynb"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(name, payload)
+    # rewrite the uncompressed size in both headers to 10 bytes
+    data = bytearray(path.read_bytes())
+    true_size = len(payload).to_bytes(4, "little")
+    spots = [i for i in range(len(data) - 3) if data[i : i + 4] == true_size]
+    assert len(spots) == 2  # local header and central directory
+    for i in spots:
+        data[i : i + 4] = (10).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    with zipfile.ZipFile(path) as zf:
+        assert zf.getinfo(name).file_size == 10  # the header lies
+    report = collect(course, path, A, max_file_size=cap)
+    assert report.placed == []
+    assert len(report.not_placed) == 1
+    assert report.not_placed[0][0] == name
+    assert "damaged, or its header lies about its size" in report.not_placed[0][1]
+    assert not (course.submitted_dir / "111").exists()
+
+
+def test_a_large_file_in_a_folder_is_refused(tmp_path):
+    course = _course(tmp_path / "course")
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "alice_ex90_add.ipynb").write_bytes(_submission(course, RIGHT))
+    (inbox / "bob_ex90_add.ipynb").write_bytes(b" " * 3_000_001)
+    report = collect(course, inbox, A, max_file_size=3_000_000)
+    assert [s for s, _, _ in report.placed] == ["alice"]
+    assert dict(report.not_placed) == {
+        "bob_ex90_add.ipynb": "3.0 MB, larger than the cap of 3.0 MB per file "
+        "(CourseDirectory.max_file_size, or --max-file-size); not extracted"
+    }
+
+
+def test_the_default_cap_is_nbgraders(tmp_path):
+    course = _course(tmp_path / "course")
+    from nbgrader.coursedir import CourseDirectory
+
+    assert course.max_file_size() == CourseDirectory.max_file_size.default_value * 1000
+    with (course.root / "nbgrader_config.py").open("a") as fh:
+        fh.write("\nc.CourseDirectory.max_file_size = 5\n")
+    from course_lib.grading.course import Course
+
+    assert Course(course.root).max_file_size() == 5000
+
+
+def test_printed(moodle_class, canvas_class):
+    from course_lib.grading.lms import term_report
+
+    course = canvas_class[0]
+    report = term_report(course)
+    print(report.files["canvas"].read_text())
+    report = term_report(moodle_class[0])
+    print(report.files["moodle"].read_text())
