@@ -42,3 +42,18 @@ c.HTMLExporter.sanitize_html = True
 c.OverwriteCells.add_missing_cells = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Late work (the instructor guide, "Due dates and late penalties"). A submission is
+# late by its timestamp.txt minus the assignment's due date in the gradebook plus the
+# student's extension (`course extend STUDENT ASSIGNMENT --days N`); nbgrader's
+# AssignLatePenalties then asks the late-submission plugin for a penalty per notebook.
+# Default (nothing set here): nbgrader's LateSubmissionPlugin with penalty_method
+# "none", no penalty. "zero" takes the whole score of a late notebook:
+#   c.LateSubmissionPlugin.penalty_method = "zero"
+# A percentage of the score per started day late (from the first second after the
+# due date), at most max_percent (course_lib/grading/late.py):
+#   c.AssignLatePenalties.plugin_class = "course_lib.grading.late.PercentPerDay"
+#   c.PercentPerDay.percent_per_day = 10.0
+#   c.PercentPerDay.max_percent = 100.0
+# A change to any of these, to a due date or to an extension regrades at the next
+# `course autograde`.
