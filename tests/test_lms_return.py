@@ -261,7 +261,7 @@ def scratch(tmp_path):
 
     shutil.copyfile(ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
     course = Course(tmp_path)
-    students = [*CANVAS, *MOODLE, "plain", "bb_user", "wrongname"]
+    students = [*CANVAS, *MOODLE, "carol", "dsmith", "777"]
     with course.gradebook() as gb:
         gb.update_or_create_assignment(A)
         gb.update_or_create_notebook(A, A)
@@ -272,10 +272,10 @@ def scratch(tmp_path):
             record_source(gb, A, s, LmsSource("canvas", path, s, late))
         for s, (path, participant) in MOODLE.items():
             record_source(gb, A, s, LmsSource("moodle", path, participant))
-        bb = f"{A}_bb_user_attempt_2026-11-20-10-15-00_{A}.ipynb"
-        record_source(gb, A, "bb_user", LmsSource("blackboard", bb, "bb_user"))
-        # a Canvas source whose name carries no ids: Canvas could not match it back
-        record_source(gb, A, "wrongname", LmsSource("canvas", f"{A}.ipynb", "777"))
+        bb = f"{A}_dsmith_attempt_2026-11-20-10-15-00_{A}.ipynb"
+        record_source(gb, A, "dsmith", LmsSource("blackboard", bb, "dsmith"))
+        # a Canvas file renamed after the download: its name carries no ids
+        record_source(gb, A, "777", LmsSource("canvas", f"{A}.ipynb", "777"))
     for s in students:
         if s not in NO_PAGE:
             folder = course.feedback_dir / s / A
@@ -343,15 +343,33 @@ def test_who_is_left_out_and_why(scratch):
 
     result = lms_archives(scratch, A)
     why = dict(result.not_included)
-    assert sorted(why) == ["555", "bb_user", "plain", "wrongname"]
+    assert sorted(why) == ["555", "777", "carol", "dsmith"]
     assert "no feedback page" in why["555"]
-    assert "no LMS source" in why["plain"]
-    assert "Blackboard" in why["bb_user"]
-    assert "Canvas would not find user '777'" in why["wrongname"]
+    assert "no LMS source" in why["carol"]
+    assert "Blackboard" in why["dsmith"]
+    assert "Canvas would not find user '777'" in why["777"]
     lines = format_lms_archives(result, scratch.root)
     assert f"wrote reports/lms/{A}/canvas.zip  (3 students;" in lines[0]
     assert f"wrote reports/lms/{A}/moodle.zip  (4 students;" in lines[1]
-    assert "  plain: no LMS source" in "\n".join(lines)
+    assert "  carol: no LMS source" in "\n".join(lines)
+
+
+def test_the_instructor_guide_shows_this_output(scratch):
+    """The transcript of "Feedback back through Canvas or Moodle" is this course's
+    real output, and the names the guide quotes are in its archives."""
+    from course_lib.grading.lms_return import format_lms_archives, lms_archives
+
+    result = lms_archives(scratch, "ex05")
+    guide = (ROOT / "book" / "instructor-guide.md").read_text()
+    section = guide.split("### Feedback back through Canvas or Moodle\n", 1)[1]
+    block = section.split("$ course feedback ex05\n...\n", 1)[1].split("```", 1)[0]
+    assert block == "\n".join(format_lms_archives(result, scratch.root)) + "\n"
+    canvas = _entries(result.archives["canvas"])
+    moodle = _entries(result.archives["moodle"])
+    assert "`liwei_111_9001_ex05_alibi.html`" in section
+    assert "liwei_111_9001_ex05_alibi.html" in canvas
+    assert "`Ana Gomez_501_assignfeedback_file_/`" in section
+    assert any(p.startswith("Ana Gomez_501_assignfeedback_file_/") for p in moodle)
 
 
 def test_several_pages_and_a_stale_archive(scratch):
@@ -364,7 +382,7 @@ def test_several_pages_and_a_stale_archive(scratch):
     assert len(mine) == 2 and len(set(mine)) == 2
     assert all(canvas_reads(n) == ("111", "9001") for n in mine)
     with scratch.gradebook() as gb:
-        for s in [*CANVAS, "wrongname"]:
+        for s in [*CANVAS, "777"]:
             record_source(gb, A, s, None)
     again = lms_archives(scratch, A)
     assert "canvas" not in again.archives

@@ -235,9 +235,9 @@ def _canvas_entries(
         found = canvas_match(name)
         if found is None or found[0] != source.lms_id:
             return [], (
-                f"Canvas would not find user {source.lms_id!r} in {name!r} (from "
-                f"the download's {source.path!r}: Canvas reads the user id and the "
-                "attachment id from the first two numbers of the name)"
+                f"Canvas would not find user {source.lms_id!r} in {name!r}, made "
+                f"from the download's {source.path!r} (Canvas reads the user id and "
+                "the file's id from the first two numbers of the name)"
             )
     return list(zip(names, pages, strict=True)), ""
 
@@ -262,20 +262,22 @@ def _moodle_entries(
     return out, ""
 
 
-def _why_not(source: LmsSource | None, pages: list[Path], folder: str) -> str:
+def _why_not(
+    source: LmsSource | None, pages: list[Path], folder: str, assignment: str
+) -> str:
     """Why a student gets no archive entry before their names are built, or ``""``."""
     if source is None:
-        return (
-            "no LMS source: the notebook was not collected from a Canvas or Moodle "
-            "download (course collect records where each file came from)"
-        )
+        return "no LMS source: not collected from a Canvas or Moodle download"
     if source.lms not in ARCHIVE_NAMES:
         return (
-            f"collected from a {source.lms.capitalize()} download; archives are "
-            "written for Canvas and Moodle only: return its page by hand"
+            f"collected from a {source.lms.capitalize()} download (archives: Canvas "
+            "and Moodle only); return its page by hand"
         )
     if not pages:
-        return f"no feedback page in {folder}/ (run course feedback after autograde)"
+        return (
+            f"no feedback page in {folder}/ (not autograded yet? course autograde "
+            f"{assignment}, then course feedback again)"
+        )
     return ""
 
 
@@ -311,7 +313,7 @@ def lms_archives(
     for student in sorted(set(sources) | with_pages):
         source, pages = sources.get(student), _pages(course, student, assignment)
         folder = f"{course.feedback_dir.name}/{student}/{assignment}"
-        why = _why_not(source, pages, folder)
+        why = _why_not(source, pages, folder, assignment)
         if not why and source.lms == "canvas":
             mine, why = _canvas_entries(student, source, pages)
         elif not why:
@@ -337,7 +339,8 @@ def lms_archives(
 
 _UPLOAD = {
     "canvas": "Canvas: the assignment's page > Re-Upload Submissions",
-    "moodle": "Moodle: View all submissions > Upload multiple feedback files in a zip",
+    "moodle": "Moodle: the assignment's submissions > Upload multiple feedback files "
+    "in a zip",
 }
 
 
