@@ -22,7 +22,8 @@ small re-implementation written from that code (not from the module under test):
   the assignment, gives the user; the rest of the path is the file's name.
 
 Both re-implementations are first checked against the cases of the LMS's own tests
-(Canvas's ``spec/models/assignment_spec.rb``, Moodle's ``importziplib_test.php``).
+(the "generate comments from submissions" cases of canvas-lms's assignment model
+spec, Moodle's ``importziplib_test.php``).
 Then a scratch course with feedback pages written by hand, and a class through the
 real pipeline (collect from a Canvas and a Moodle download, autograde, ``course
 feedback``).
@@ -140,7 +141,7 @@ MOODLE_PLUGINS = {
 
 
 def test_canvas_reading_matches_canvas_spec():
-    """spec/models/assignment_spec.rb, "generate comments from submissions":
+    """canvas-lms's assignment model spec, "generate comments from submissions":
     ``[last_name_first, user.id, attachment.id, display_name].join("_")`` is read
     as that user and attachment; a macOS ``._`` file is ignored."""
     name = "_".join(["user, some", "17", "4242", "homework.doc"])

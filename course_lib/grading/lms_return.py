@@ -60,11 +60,13 @@ Moodle: *Upload multiple feedback files in a zip*
 
     as Moodle's own download names its folders (``mod_assign\\downloader::
     get_student_prefix`` and ``load_submissionplugin_filelist``,
-    ``mod/assign/classes/downloader.php``: ``<full name>_<participant id>_
-    <plugin type>_<plugin name>``, with ``_`` in the name made a space), except
-    that the plugin is the feedback-file plugin itself, so that uploading the same
-    archive again skips the pages that did not change (``is_file_modified``
-    compares with the student's feedback files). The trailing ``_`` is what Moodle
+    ``mod/assign/classes/downloader.php``, commit da545523: ``<full name>_
+    <participant id>_<plugin type>_<plugin name>``, with ``_`` in the name made a
+    space), except that the plugin named is the one that receives the files, the
+    feedback-file plugin (the import stores every matched file as feedback,
+    whichever plugin the name gives; ``import_zip_files``), so that the folder says
+    what it holds. Uploading the archive again after a regrade replaces each page (a
+    feedback file of the same name is replaced). The trailing ``_`` is what Moodle
     before 4.1 wrote and required (the comment in ``is_valid_filename_for_import``;
     4.1 and later accept both). The full name is that of the download (else the
     gradebook's); Moodle does not read it.
