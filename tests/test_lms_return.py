@@ -392,6 +392,27 @@ def test_several_pages_and_a_stale_archive(scratch):
     assert (scratch.root / "reports/lms" / A / "moodle.zip").is_file()
 
 
+def test_one_download_file_recorded_for_two_students(scratch):
+    """Two students whose recorded source is the same Canvas file (an old
+    name-based id beside the new one, say): one page per name in the zip, the
+    second student listed with the reason."""
+    from course_lib.grading.lms_return import lms_archives
+    from course_lib.grading.roster import LmsSource, record_source
+
+    with scratch.gradebook() as gb:
+        gb.update_or_create_student("liwei")
+        record_source(gb, A, "liwei", LmsSource("canvas", CANVAS["111"][0], "111"))
+    (scratch.feedback_dir / "liwei" / A).mkdir(parents=True)
+    (scratch.feedback_dir / "liwei" / A / f"{A}.html").write_bytes(_page("liwei"))
+    result = lms_archives(scratch, A)
+    names = list(_entries(result.archives["canvas"]))
+    assert len(names) == len(set(names)) == 3
+    assert "already another student's page" in dict(result.not_included)["liwei"]
+    assert _entries(result.archives["canvas"])[
+        "liwei_111_9001_ex05_alibi.html"
+    ] == _page("111")
+
+
 def test_a_class_without_lms_prints_nothing(tmp_path):
     import course_lib.grading.gradebook  # noqa: F401
     from course_lib.grading.course import Course

@@ -283,6 +283,24 @@ def _why_not(
     return ""
 
 
+def _student_entries(
+    course: Course,
+    student: str,
+    source: LmsSource | None,
+    assignment: str,
+    full_name: str,
+) -> tuple[list[tuple[str, Path]], str]:
+    """One student's ``(name in the zip, page)`` pairs, or the reason why none."""
+    pages = _pages(course, student, assignment)
+    folder = f"{course.feedback_dir.name}/{student}/{assignment}"
+    why = _why_not(source, pages, folder, assignment)
+    if why:
+        return [], why
+    if source.lms == "canvas":
+        return _canvas_entries(student, source, pages)
+    return _moodle_entries(source, pages, full_name)
+
+
 def _write_zip(path: Path, entries: list[tuple[str, Path]]) -> None:
     """A zip of ``entries`` written beside ``path`` and moved over it, so that a
     reader never sees half an archive; each entry keeps its page's time."""
@@ -313,13 +331,14 @@ def lms_archives(
     }
     entries: dict[str, list[tuple[str, Path]]] = {lms: [] for lms in ARCHIVE_NAMES}
     for student in sorted(set(sources) | with_pages):
-        source, pages = sources.get(student), _pages(course, student, assignment)
-        folder = f"{course.feedback_dir.name}/{student}/{assignment}"
-        why = _why_not(source, pages, folder, assignment)
-        if not why and source.lms == "canvas":
-            mine, why = _canvas_entries(student, source, pages)
-        elif not why:
-            mine, why = _moodle_entries(source, pages, names.get(student, ""))
+        source = sources.get(student)
+        mine, why = _student_entries(
+            course, student, source, assignment, names.get(student, "")
+        )
+        taken = {name for name, _ in entries.get(source.lms if source else "", [])}
+        clash = next((name for name, _ in mine if name in taken), None)
+        if clash:
+            why = f"{clash!r} is already another student's page in the archive"
         if why:
             result.not_included.append((student, why))
             continue
