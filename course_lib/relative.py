@@ -134,7 +134,9 @@ def shaw_relative_attention(
     No ``(q_len, k_len, head_dim)`` tensor is built: ``q_i \\cdot a^K_r`` is computed
     for the ``2K+1`` table rows and gathered, and the attention weights are summed per
     table row (scatter-add) before multiplying by ``a^V``. The tables are shared by all
-    heads, as in the paper.
+    heads, which the paper allows (Shaw et al. 2018, §3.1) and its memory count assumes
+    (§3.3); its base models learned a pair of tables per layer and head, its big models
+    one per layer (§4.1). For a table per head, call this once per head.
 
     Args:
         q: ``(batch, heads, q_len, head_dim)`` queries (the last ``q_len`` positions).
@@ -282,7 +284,12 @@ def t5_relative_position_bucket(
         \\Big\\rfloor\\Big) & n \\ge E \\end{cases}
 
     with ``D = max_distance``. The logarithm is evaluated in float32 in this order, as
-    in the Mesh TensorFlow code T5 was trained with, so bucket edges match it exactly.
+    in the Mesh TensorFlow code T5 was trained with. That makes the same rounding likely
+    but does not guarantee it: two float32 ``log`` implementations need not agree bit
+    for bit, and a distance whose value lands within a rounding error of a whole number
+    can fall in either of two buckets (settings such as 18 buckets at distance 64 do, in
+    float64). The course's tests compare it with Hugging Face's PyTorch port (the same
+    ``torch.log``) out to four times ``max_distance``.
 
     Args:
         relative_position: integer tensor of ``key_position - query_position``.

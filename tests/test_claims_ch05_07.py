@@ -10,6 +10,7 @@ already check is not repeated.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from pathlib import Path
@@ -129,6 +130,97 @@ def test_chapter_5_glues_every_number_it_cites() -> None:
     half = math.log(2) / cl.alibi_slopes(8).double()
     assert f"{half[0].item():.1f}" == f"{2 * math.log(2):.1f}"
     assert f"{half[-1].item():.0f}" == f"{256 * math.log(2):.0f}"
+
+
+def _span_figure_cell() -> str:
+    """The code of the chapter-5 cell that draws ``fig-alibi-span`` (options cut)."""
+    cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", CH5.read_text(), re.S)
+    (cell,) = [c for c in cells if "name: fig-alibi-span" in c]
+    return cell
+
+
+def test_alibi_span_caption_numbers_are_read_from_the_plotted_curves() -> None:
+    """Ch. 5, issue 33: the caption of fig-alibi-span quotes, for the steepest and the
+    gentlest of 8 heads, the first distance whose cumulative weight reaches 1/2 on the
+    64-key row. Those numbers are glued by the figure's own cell from the plotted lines;
+    here they are recomputed from the closed form of the truncated geometric
+    distribution, cum(D) = (1 - e^{-m(D+1)}) / (1 - e^{-64 m}), in float64."""
+    cell = _span_figure_cell()
+    options, code = cell.split("\n---\n", 1)
+    caption = options.split("caption: |", 1)[1].split("name:", 1)[0]
+    # each number the caption states about the crossings is a glue role, none typed
+    assert set(re.findall(r"\{glue:text\}`(\w+)", caption)) == {
+        "alibi_span_first",
+        "alibi_span_last",
+        "alibi_half_first",
+        "alibi_half_last",
+    }
+    no_roles = re.sub(r"\{glue:text\}`[^`]*`", "", caption)
+    maths = re.findall(r"\$[^$]*\$", no_roles)  # formulas: slopes and ln 2/m only
+    assert {" ".join(f.split()) for f in maths} <= {
+        "$m = 2^{-1}$",
+        "$m = 2^{-8}$",
+        "$\\ln 2/m$",
+    }, maths
+    typed = sorted(set(re.findall(r"\d+", re.sub(r"\$[^$]*\$", "", no_roles))))
+    assert typed == ["64", "8"], typed  # the figure's sizes, not results
+    assert "ln 2 / m$ tokens" not in caption  # the old, wrong claim for 64 keys
+    glued: dict = {}
+    namespace = {
+        "viz": importlib.import_module("course_lib.viz"),
+        "glue": lambda name, value, display=True: glued.__setitem__(name, value),
+    }
+    exec(code, namespace)  # noqa: S102 - the course's own chapter
+    n_keys = 64
+    expected = []
+    for m in cl.alibi_slopes(8).double().tolist():
+        cum = [
+            (1 - math.exp(-m * (d + 1))) / (1 - math.exp(-m * n_keys))
+            for d in range(n_keys)
+        ]
+        expected.append(next(d for d, c in enumerate(cum) if c >= 0.5))
+    assert namespace["first_half"] == expected
+    assert glued["alibi_span_first"] == expected[0]
+    assert glued["alibi_span_last"] == expected[-1]
+    # the prose's closed form D = -ln((1 + e^{-m n}) / 2) / m for the crossing of the
+    # tail: the first distance with cum >= 1/2 is the first integer >= D - 1
+    for m, first in zip(cl.alibi_slopes(8).double().tolist(), expected, strict=True):
+        cross = -math.log((1 + math.exp(-m * n_keys)) / 2) / m
+        assert first == math.ceil(cross - 1 - 1e-12)
+    # the issue's numbers: the gentle heads cross near 24, 28, 30, far from ln 2 / m
+    assert expected[-3:] == [24, 28, 30]
+    assert expected[-1] < math.log(2) / 2.0**-8 / 5
+
+
+def test_one_extra_slope_lies_above_the_power_of_two_range() -> None:
+    """Ch. 5, issue 33: for a head count n that is not a power of two, the first extra
+    slope 2^(-4/c) is steeper than every slope of the c-head model, and the other
+    n - c - 1 lie strictly between two of its slopes (12 heads: 2^-0.5 above, three
+    between)."""
+    for n in range(3, 200):
+        c = 1 << (n.bit_length() - 1)
+        if n == c:
+            continue
+        slopes = cl.alibi_slopes(n).double()
+        first, extra = slopes[:c], slopes[c:]
+        above = extra > first.max()
+        assert above.tolist() == [True] + [False] * (n - c - 1)
+        inside = extra[~above]
+        assert ((inside < first.max()) & (inside > first.min())).all()
+        assert not torch.isin(inside, first).any()
+    prose = " ".join(_prose(CH5).split())
+    assert (
+        "only the other $n - c - 1$ extra slopes (three of the four for 12 heads)"
+        in prose
+    )
+
+
+def test_chapter_5_says_a_causal_model_can_infer_absolute_position() -> None:
+    """Ch. 5, issue 33: the bias is free of absolute position, the model is not
+    (Haviv et al. 2022)."""
+    prose = " ".join(_prose(CH5).split())
+    assert "Nothing depends on absolute position" not in prose
+    assert "{cite}`haviv2022nopos`" in prose
 
 
 def test_half_life_is_where_the_tail_crosses_one_half() -> None:
@@ -290,3 +382,31 @@ def test_chapter_7_attributions() -> None:
     assert "equation (3)" not in prose.lower() and "eq. 3" not in prose.lower()
     assert "`untie_r`" in prose and "TensorFlow" in prose
     assert "has no $1/\\sqrt{d}$" in prose
+
+
+def test_chapter_7_gives_the_mask_its_own_reason_and_per_segment_positions_theirs() -> (
+    None
+):
+    """Ch. 7, issue 33: a causal language model masks the future in any case (the
+    shift's leftovers decide where the mask goes, they are not why it exists); only
+    absolute positions numbered per segment (Dai et al. §3.3, U_{1:L} for every
+    segment) fail with a cache. The content term alone already reads the next token
+    when unmasked: with zero position terms, changing the key of token i + 1 changes
+    the unmasked score row of query i."""
+    prose = " ".join(_prose(CH7).split())
+    assert "They leak the next token, so the causal mask" not in prose
+    assert "whatever its position encoding" in prose
+    assert "Why per-segment absolute positions break" in prose and "§3.3" in prose
+    assert "Absolute positions cannot tell memory from segment" not in prose
+    # the chapter no longer points the exercise's bidirectional shift at the proof
+    assert "the proof above is the tool for it" not in prose
+    assert "differs from the one you need by exactly that column" not in prose
+    gen = torch.Generator().manual_seed(0)
+    q_len = k_len = 4
+    q = torch.randn(1, 1, q_len, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, 1, k_len, 8, generator=gen, dtype=torch.float64)
+    k2 = k.clone()
+    k2[0, 0, 2] += 1.0  # another token at position 2
+    content = q @ k.transpose(-2, -1)  # term (a), no mask, no position
+    changed = q @ k2.transpose(-2, -1)
+    assert (changed - content)[0, 0, 1, 2].abs() > 0  # query 1 sees token 2

@@ -61,8 +61,9 @@ def test_linear_bias_numbers_are_computed_not_typed() -> None:
     assert round(gentlest / slope) == 20
 
 
-@pytest.mark.parametrize("case", [(1, 1, 1, 1, 2, 1), (2, 2, 3, 6, 4, 2),
-                                  (1, 3, 5, 5, 8, 7)])
+@pytest.mark.parametrize(
+    "case", [(1, 1, 1, 1, 2, 1), (2, 2, 3, 6, 4, 2), (1, 3, 5, 5, 8, 7)]
+)
 def test_the_chapters_library_properties_hold(case) -> None:
     batch, heads, q_len, k_len, d, K = case
     gen = torch.Generator().manual_seed(6)
@@ -82,3 +83,69 @@ def test_the_chapters_library_properties_hold(case) -> None:
     assert torch.allclose(out_c - out, c[0].expand_as(out), rtol=0, atol=1e-12)
     _, weights_k = cl.shaw_relative_attention(q, k, v, w_k + c, w_v, K)
     assert torch.allclose(weights_k, weights, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("q_len", "k_len", "K", "d"),
+    [(4, 5, 6, 8), (8, 8, 2, 16), (2, 3, 4, 4), (16, 16, 3, 32)],
+)
+def test_no_tensor_larger_than_the_largest_of_the_stated_shapes(q_len, k_len, K, d):
+    """Issue 33: the gather and the scatter need no tensor larger than
+    (B, H, Lq, max(Lk, 2K+1)) beside the inputs and outputs of width d; with
+    2K + 1 > Lk (K = 6, five keys: the public case of ex06) the bins are the larger
+    part, and the literal (Lq, Lk, d) tensor is never built. Every tensor the library
+    creates is recorded (TorchFunctionMode) and its size compared with the bound."""
+    from torch.overrides import TorchFunctionMode
+
+    B, H = 2, 3
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, q_len, d, generator=gen)
+    k, v = (torch.randn(B, H, k_len, d, generator=gen) for _ in range(2))
+    w_k, w_v = (torch.randn(2 * K + 1, d, generator=gen) for _ in range(2))
+    sizes: list[int] = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple) else (out,):
+                if isinstance(t, torch.Tensor):
+                    sizes.append(t.numel())
+            return out
+
+    with Record():
+        cl.shaw_relative_attention(q, k, v, w_k, w_v, K)
+    pairs = B * H * q_len * max(k_len, 2 * K + 1)
+    width_d = B * H * max(q_len, k_len) * d  # inputs and outputs
+    bound = max(pairs, width_d, (2 * K + 1) * d)
+    assert max(sizes) <= bound
+    assert bound < B * H * q_len * k_len * d  # so no literal (Lq, Lk, d) form was built
+    # Q (W^K)^T and the bins are built, (B, H, Lq, 2K+1): larger than the logits
+    # (B, H, Lq, Lk) exactly when 2K + 1 > Lk, the chapter's caveat
+    assert B * H * q_len * (2 * K + 1) in sizes
+
+
+def test_shaw_memory_claim_names_the_bins_shape() -> None:
+    prose = " ".join(TEXT.split())
+    assert (
+        "Neither sum needs a tensor larger than `(batch, heads, q_len, k_len)`"
+        not in prose
+    )
+    assert "`(batch, heads, q_len, max(k_len, 2K+1))`" in prose
+
+
+def test_the_length_normalised_bias_is_not_credited_to_an_uncited_source() -> None:
+    prose = " ".join(TEXT.split())
+    assert "open-source" not in prose and "experiment proposes" not in prose
+    assert "0.1 in its example" not in prose
+
+
+def test_library_docstrings_say_what_shaw_and_mesh_tf_do() -> None:
+    """Issue 33: shaw_relative_attention's docstring no longer says the paper shares
+    the tables across heads (its base models had a pair per layer and head, §4.1), and
+    t5_relative_position_bucket's no longer promises bit-exact Mesh TF bucket edges."""
+    shaw = " ".join(cl.shaw_relative_attention.__doc__.split())
+    assert "as in the paper" not in shaw
+    assert "(§4.1)" in shaw and "per layer and head" in shaw
+    t5 = " ".join(cl.t5_relative_position_bucket.__doc__.split())
+    assert "match it exactly" not in t5
+    assert "need not agree bit for bit" in t5

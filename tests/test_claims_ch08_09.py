@@ -25,6 +25,13 @@ CH8 = ROOT / "book" / "08-da-transformer.md"
 CH9 = ROOT / "book" / "09-conventions-errata.md"
 
 
+def _code(path: Path) -> str:
+    """Every code cell of ``path``."""
+    return "\n".join(
+        re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", path.read_text(), re.S)
+    )
+
+
 def _chapter_cell(path: Path, marker: str) -> str:
     """The source of the one code cell of ``path`` that contains ``marker``."""
     cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", path.read_text(), re.S)
@@ -55,12 +62,17 @@ def _task(batch: int, length: int, window: int, gen: torch.Generator):
     return x, y
 
 
-def _train(seed: int, learn: bool, *, window: int = 2, steps: int = 400):
+def _train(
+    seed: int, learn: bool, *, window: int = 2, steps: int = 400, tied: bool = False
+):
     torch.manual_seed(seed)
     layer = cl.DAAttention(8, 2)
     if not learn:
         layer.w.requires_grad_(False)
         layer.v.requires_grad_(False)
+    if tied:  # one w, one v for both heads: equal starts, averaged gradients
+        for p in (layer.w, layer.v):
+            p.register_hook(lambda g: g.mean().expand_as(g))
     opt = torch.optim.Adam([p for p in layer.parameters() if p.requires_grad], lr=0.02)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
@@ -85,9 +97,23 @@ def test_chapter_8_learned_w_cells_state_what_they_compute() -> None:
     exec(_chapter_cell(CH8, "def local_share("), namespace)  # noqa: S102
     w, v = namespace["w_learned"], namespace["v_learned"]
     assert w.min() < 0 < w.max()
-    assert namespace["da_loss"] * 5 < namespace["frozen_loss"]
+    da, tied, frozen = (namespace[k] for k in ("da_loss", "tied_loss", "frozen_loss"))
+    assert da * 5 < frozen and tied * 5 < frozen  # a distance signal at all: large
+    assert da < tied < 2 * da  # a preference per head: small
     local = int(w.argmin())
-    assert 2 < (v[local] / w[local]).item() < 5
+    edge = (v[local] / w[local]).item()
+    assert 2 < edge < 5
+    # the factors the prose quotes at distances 2 and 3, from sigma(wR - v)(1 + e^v)
+    for dist, name in ((2, "inside"), (3, "outside")):
+        want = (1 + math.exp(v[local])) * torch.sigmoid(w[local] * dist - v[local])
+        assert namespace[name] == pytest.approx(want.item(), rel=1e-5)
+    assert namespace["inside"] > 0.5 * (1 + math.exp(v[local]))  # inside the edge
+    glued = set(re.findall(r'glue\("(\w+)"', _code(CH8)))
+    used = set(re.findall(r"\{glue:text\}`(\w+)", CH8.read_text()))
+    assert used <= glued
+    prose = " ".join(CH8.read_text().split())
+    assert "next to the task's boundary" not in prose
+    assert "{glue:text}`da_head_ratio`" in prose
     kept = namespace["kept"]
     assert kept[0] > 0.8 and kept[0] - kept[-1] > 0.1
 
@@ -97,9 +123,14 @@ def test_two_heads_take_opposite_signs_of_w_on_other_seeds(seed: int) -> None:
     """The chapter shows seed 0; the split is not that seed's accident."""
     layer, loss = _train(seed, learn=True)
     _, frozen = _train(seed, learn=False)
+    tied_layer, tied = _train(seed, learn=True, tied=True)
     w, v = layer.w.detach(), layer.v.detach()
     assert w.min() < 0 < w.max()
     assert loss * 5 < frozen
+    # issue 33: the frozen control has no position signal at all; a shared w, v
+    # (the heads tied) is as far from it and within a factor of two of per head
+    assert torch.equal(tied_layer.w[0], tied_layer.w[1])
+    assert tied * 5 < frozen and tied < 2 * loss
     local = int(w.argmin())
     assert v[local] < -2  # far below 0: the soft-window regime
     assert 2 < (v[local] / w[local]).item() < 5
@@ -270,3 +301,25 @@ def test_chapter_9_states_the_alibi_forms_as_the_tests_find_them() -> None:
     assert r"-m\,\lvert i - j\rvert" in paragraph
     assert "Section 3" in paragraph
     assert "disagree" in paragraph and "after the query" in paragraph
+
+
+def test_fire_is_stated_with_its_learned_threshold() -> None:
+    """Issue 33: FIRE (Li et al. 2024, §3) divides psi(i - j) by psi(max(L, i)), L a
+    learned threshold, psi(x) = log(cx + 1); the chapter no longer says it divides by
+    the transform of the query's position alone. The normalised input stays in
+    [0, 1] for every 0 <= i - j <= i, whatever L and c > 0."""
+    prose = " ".join(CH8.read_text().split())
+    assert "\\psi(\\max(L, i))" in prose and "learned threshold" in prose
+    assert "{cite}`li2024fire` (§3)" in prose
+    c, big_l = 0.1, 512.0
+    i = torch.arange(0, 4000, dtype=torch.float64)[:, None]
+    j = torch.arange(0, 4000, dtype=torch.float64)[None, :]
+    rel = (i - j).clamp(min=0)  # causal: keys at or before the query
+
+    def psi(x):
+        return torch.log(c * x + 1)
+
+    normalised = psi(rel) / psi(torch.maximum(torch.full_like(i, big_l), i))
+    assert normalised.min() >= 0 and normalised.max() <= 1
+    # below the threshold a short row does not reach 1: early queries are not stretched
+    assert normalised[100].max() < 0.75

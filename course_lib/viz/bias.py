@@ -67,9 +67,13 @@ def plot_alibi_bias(
     for ax, h in zip(axes[:-1], heads, strict=True):
         b = bias[h].numpy()
         # each head on its own colour scale: the slopes differ by up to 2^7
-        im = ax.imshow(np.where(np.isfinite(b), b, np.nan), cmap="magma",
-                       vmin=float(b[np.isfinite(b)].min()), vmax=0,
-                       interpolation="nearest")
+        im = ax.imshow(
+            np.where(np.isfinite(b), b, np.nan),
+            cmap="magma",
+            vmin=float(b[np.isfinite(b)].min()),
+            vmax=0,
+            interpolation="nearest",
+        )
         fig.colorbar(im, ax=ax, shrink=0.8)
         ax.set_title(f"head {h}: $m = 2^{{{math.log2(slopes[h]):.3g}}}$")
         ax.set_xticks(range(0, seq_len, 2))
@@ -114,11 +118,25 @@ def plot_alibi_slopes(head_counts: Sequence[int] = (8, 12, 16)) -> Figure:
     for row, n in enumerate(counts):
         exponent = (-alibi_slopes(n).double().log2()).numpy()
         c = 1 << (n.bit_length() - 1)
-        ax.plot(exponent[:c], [row] * c, "o", color="C0", ms=6,
-                label="largest power of two $c \\leq n$" if row == 0 else None)
+        ax.plot(
+            exponent[:c],
+            [row] * c,
+            "o",
+            color="C0",
+            ms=6,
+            label="largest power of two $c \\leq n$" if row == 0 else None,
+        )
         if n > c:
-            ax.plot(exponent[c:], [row] * (n - c), "s", mfc="none", color="C3",
-                    ms=7, mew=1.4, label="extra heads (slopes of $2c$ heads)")
+            ax.plot(
+                exponent[c:],
+                [row] * (n - c),
+                "s",
+                mfc="none",
+                color="C3",
+                ms=7,
+                mew=1.4,
+                label="extra heads (slopes of $2c$ heads)",
+            )
     ax.set_yticks(range(len(counts)), [f"{n} heads" for n in counts])
     ax.set_ylim(len(counts) - 0.4, -0.8)
     ax.set_xticks(range(0, 9))
@@ -146,7 +164,9 @@ def plot_alibi_attention_decay(n_heads: int = 8, seq_len: int = 64) -> Figure:
     Returns:
         Figure with two axes, one line per head in each: the weight against the
         distance (log scale) and the cumulative weight within each distance, with the
-        half-way line.
+        half-way line. The cumulative line of head ``h`` has the gid
+        ``"cumulative head h"``, so that a caption can quote numbers read from the
+        plotted data.
     """
     from ..alibi import alibi_bias, alibi_slopes
     from ..attention import scaled_dot_product_attention
@@ -168,7 +188,13 @@ def plot_alibi_attention_decay(n_heads: int = 8, seq_len: int = 64) -> Figure:
     for h in range(n_heads):
         label = f"$m = 2^{{{math.log2(slopes[h]):.3g}}}$"
         left.plot(dist, by_distance[h], lw=1.2, color=colors[h], label=label)
-        right.plot(dist, by_distance[h].cumsum(), lw=1.2, color=colors[h])
+        right.plot(
+            dist,
+            by_distance[h].cumsum(),
+            lw=1.2,
+            color=colors[h],
+            gid=f"cumulative head {h}",  # the chapter reads its caption's numbers here
+        )
     left.set_yscale("log")
     left.set_ylim(max(float(by_distance.min()), 1e-6) / 2, 1.0)
     left.set_xlabel("distance $d = i - j$")
@@ -209,11 +235,19 @@ def plot_t5_buckets(
     ax = fig.subplots()
     for bidirectional, style in ((True, "-"), (False, "--")):
         buckets = t5_relative_position_bucket(
-            rel, bidirectional=bidirectional, num_buckets=num_buckets,
-            max_distance=max_distance)
-        ax.step(rel.numpy(), buckets.numpy(), style, where="mid", lw=1.3,
-                label=("bidirectional (encoder)" if bidirectional
-                       else "causal (decoder)"))
+            rel,
+            bidirectional=bidirectional,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+        )
+        ax.step(
+            rel.numpy(),
+            buckets.numpy(),
+            style,
+            where="mid",
+            lw=1.3,
+            label=("bidirectional (encoder)" if bidirectional else "causal (decoder)"),
+        )
     for x in (-max_distance, max_distance):
         ax.axvline(x, color="gray", ls=":", lw=0.8)
     ax.text(max_distance, 1, " max_distance", color="gray", fontsize=7)
@@ -251,21 +285,28 @@ def plot_relative_position_index(
     max_distance = require_positive_int(fn, "max_distance", max_distance)
     grids = [relative_position_index(q, k, max_distance) for q, k in cases]
     fig = new_figure(2.0 + 0.55 * sum(k for _, k in cases), 2.9)
-    axes = np.atleast_1d(fig.subplots(1, len(cases),
-                                      width_ratios=[k for _, k in cases]))
+    axes = np.atleast_1d(
+        fig.subplots(1, len(cases), width_ratios=[k for _, k in cases])
+    )
     for ax, (q_len, k_len), grid in zip(axes, cases, grids, strict=True):
         g = grid.numpy()
-        im = ax.imshow(g, cmap="coolwarm", vmin=0, vmax=2 * max_distance,
-                       interpolation="nearest")
+        im = ax.imshow(
+            g, cmap="coolwarm", vmin=0, vmax=2 * max_distance, interpolation="nearest"
+        )
         annotate_cells(ax, g.astype(float), fmt="{:.0f}", size=8)
         ax.set_xticks(range(k_len))
-        ax.set_yticks(range(q_len), [f"{i} ({i + k_len - q_len})"
-                                     for i in range(q_len)])
+        ax.set_yticks(
+            range(q_len), [f"{i} ({i + k_len - q_len})" for i in range(q_len)]
+        )
         ax.set_xlabel("key $j$")
         ax.set_ylabel("query $i$ (position $i'$)")
         ax.set_title(f"$L_q={q_len}$, $L_k={k_len}$, $K={max_distance}$")
-    fig.colorbar(im, ax=list(axes), shrink=0.85,
-                 label=f"table row (row {max_distance} = distance 0)")
+    fig.colorbar(
+        im,
+        ax=list(axes),
+        shrink=0.85,
+        label=f"table row (row {max_distance} = distance 0)",
+    )
     return fig
 
 
@@ -291,11 +332,17 @@ def plot_attention_biases(
         fail(fn, "biases must hold at least one (title, tensor) pair, got none")
     for title, b in biases.items():
         if not isinstance(b, torch.Tensor):
-            fail(fn, f"biases[{title!r}] must be a torch.Tensor, "
-                 f"got {type(b).__name__}", TypeError)
+            fail(
+                fn,
+                f"biases[{title!r}] must be a torch.Tensor, got {type(b).__name__}",
+                TypeError,
+            )
         if b.ndim != 2:
-            fail(fn, f"biases[{title!r}] must be 2-D (q_len, k_len), "
-                 f"got shape {tuple(b.shape)}")
+            fail(
+                fn,
+                f"biases[{title!r}] must be 2-D (q_len, k_len), "
+                f"got shape {tuple(b.shape)}",
+            )
     fig = new_figure(2.35 * len(biases) + 0.4, 2.8)
     axes = np.atleast_1d(fig.subplots(1, len(biases)))
     for ax, (title, b) in zip(axes, biases.items(), strict=True):
@@ -332,18 +379,24 @@ def plot_da_rescale(
     """
     from ..da import da_rescale
 
-    max_distance = require_positive_int("plot_da_rescale", "max_distance",
-                                        max_distance)
+    max_distance = require_positive_int("plot_da_rescale", "max_distance", max_distance)
     dist = torch.linspace(0, max_distance, 8 * max_distance + 1, dtype=torch.float64)
     fig = new_figure(3.3 * len(vs), 3.0)
     axes = np.atleast_1d(fig.subplots(1, len(vs), sharey=True))
     for ax, v in zip(axes, vs, strict=True):
         for w in ws:
-            ax.plot(dist.numpy(), da_rescale(dist, w, v).numpy(), lw=1.3,
-                    label=f"$w={w:g}$")
+            ax.plot(
+                dist.numpy(), da_rescale(dist, w, v).numpy(), lw=1.3, label=f"$w={w:g}$"
+            )
         ax.axhline(1 + math.exp(v), color="gray", ls="--", lw=0.8)
-        ax.text(0, 1 + math.exp(v), f"$1+e^v$ = {1 + math.exp(v):.3g}", va="bottom",
-                fontsize=7, color="gray")
+        ax.text(
+            0,
+            1 + math.exp(v),
+            f"$1+e^v$ = {1 + math.exp(v):.3g}",
+            va="bottom",
+            fontsize=7,
+            color="gray",
+        )
         ax.set_xlabel("distance $R = |i-j|$")
         ax.set_ylabel(r"$\hat R$")
         ax.set_title(f"$v = {v:g}$")
@@ -386,14 +439,25 @@ def plot_da_weights(
     q = torch.full((1, n, seq_len, 1), math.sqrt(abs(score)), dtype=torch.float64)
     k = q * (1.0 if score >= 0 else -1.0)  # q . k = score for every pair
     values = torch.zeros(1, n, seq_len, 1, dtype=torch.float64)
-    _, weights = da_attention(q, k, values, torch.tensor(ws, dtype=torch.float64),
-                              torch.full((n,), float(v), dtype=torch.float64))
+    _, weights = da_attention(
+        q,
+        k,
+        values,
+        torch.tensor(ws, dtype=torch.float64),
+        torch.full((n,), float(v), dtype=torch.float64),
+    )
     mid = seq_len // 2
     fig = new_figure(6.4, 3.0)
     ax = fig.subplots()
     for h, w in enumerate(ws):
-        ax.plot(range(seq_len), weights[0, h, mid].numpy(), "o-", ms=3, lw=1.2,
-                label=f"$w={w:g}$")
+        ax.plot(
+            range(seq_len),
+            weights[0, h, mid].numpy(),
+            "o-",
+            ms=3,
+            lw=1.2,
+            label=f"$w={w:g}$",
+        )
     ax.axvline(mid, color="gray", ls=":", lw=1)
     ax.set_xlabel(f"key $j$ (query at {mid})")
     ax.set_ylabel("attention weight")
