@@ -643,7 +643,11 @@ def _cmd_feedback(args) -> int:
     lines = format_lms_archives(archives, course.root)
     if args.quiet and archives.not_included:  # the count, not the list
         lines = [line for line in lines if line.startswith(("wrote", "removed"))]
-        lines.append(f"{len(archives.not_included)} students not in an LMS archive")
+        left = len(archives.not_included)
+        lines.append(
+            f"{left} student{'s' * (left != 1)} not in an LMS archive (without "
+            "--quiet: who and why)"
+        )
     if lines:
         print("\n".join(lines))
     return 0

@@ -484,12 +484,19 @@ def piped(tmp_path_factory):
     with contextlib.redirect_stdout(out):
         code = main(["feedback", "ex90", "--root", str(root)])
     assert code == 0
-    return course, out.getvalue()
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        assert main(["feedback", "ex90", "--root", str(root), "--quiet"]) == 0
+    return course, out.getvalue(), quiet.getvalue()
 
 
 @pytest.mark.slow
 def test_course_feedback_writes_the_archives(piped):
-    course, printed = piped
+    course, printed, quiet = piped
+    # --quiet: the archives and a count, no list of pages or of who is left out
+    assert quiet.splitlines()[1:] == [
+        line for line in printed.splitlines() if line.startswith("wrote")
+    ] + ["1 student not in an LMS archive (without --quiet: who and why)"]
     folder = course.root / "reports" / "lms" / E
     assert f"wrote reports/lms/{E}/canvas.zip  (2 students;" in printed
     assert f"wrote reports/lms/{E}/moodle.zip  (1 student;" in printed
