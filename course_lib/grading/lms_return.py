@@ -33,7 +33,7 @@ Canvas: *Re-Upload Submissions*
     download's name and only changes its extension:
     ``smithdave_LATE_12345_678901_ex05_alibi.ipynb`` returns as
     ``smithdave_LATE_12345_678901_ex05_alibi.html`` (instead of the notebook; a
-    student with several pages gets ``<download name>_<page>.html`` each).
+    student with several pages gets ``<download name less .ipynb>_<page>.html``).
     Canvas labels the attached file with the display name of the submitted file
     (``display_name: attachment.display_name`` in the same method), so the
     comment lists ``ex05_alibi.ipynb``: it is the feedback page, to open in a
