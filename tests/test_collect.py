@@ -76,6 +76,13 @@ def test_lms_download_names(path, lms_id, by_name):
             "42",
             "zoe_bronte",
         ),
+        # Moodle 4.1 and later: the folder without its last "_"
+        (
+            "Ana Gomez_501_assignsubmission_file/ex05_alibi.ipynb",
+            "Ana Gomez",
+            "501",
+            "ana_gomez",
+        ),
     ],
 )
 def test_moodle_download_names(path, full_name, participant, by_name):

@@ -17,11 +17,12 @@ reads. The student id comes from the path:
 ``ex05_alibi_dsmith_attempt_2026-11-20-10-15-00_x.ipynb``    Blackboard: ``dsmith``
 ==========================================================  ==========================
 
-The LMS formats: Canvas names each file ``<name>[_LATE]_<user id>_<submission id>_
+The LMS formats: Canvas names each file ``<name>[_LATE]_<user id>_<attachment id>_
 <uploaded file name>`` (``<name>`` is the student's sortable name in lower case without
 spaces; a re-upload gets ``-1``, ``-2`` before ``.ipynb``). Moodle's "download all
 submissions" puts each student's files in a folder ``<full name>_<participant id>_
-assignsubmission_file_`` (or, flattened, prefixes the file name with that). Blackboard
+assignsubmission_file_`` (Moodle 4.1 and later: without the last ``_``; or, flattened,
+prefixes the file name with that). Blackboard
 names each file ``<assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>_<file name>``,
 and adds a ``.txt`` receipt per attempt.
 
@@ -139,12 +140,12 @@ def _system_file(parts: tuple[str, ...]) -> str | None:
 
 
 _CANVAS = re.compile(
-    r"^(?P<student>[a-z0-9]+)(?P<late>_late)?_(?P<user>\d+)_(?P<sub>\d+)_(?P<file>.+)$",
+    r"^(?P<student>[a-z0-9]+)(?P<late>_late)?_(?P<user>\d+)_(?P<attachment>\d+)_(?P<file>.+)$",
     re.IGNORECASE,
 )
 _MOODLE = re.compile(
-    r"^(?P<name>.+?)_(?P<participant>\d+)_assignsubmission_(?:file|onlinetext)_"
-    r"(?P<file>.*)$"
+    r"^(?P<name>.+?)_(?P<participant>\d+)_assignsubmission_(?:file|onlinetext)"
+    r"(?:_(?P<file>.*))?$"
 )
 _BLACKBOARD = re.compile(
     r"^(?P<head>.+)_attempt_(?P<when>\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2})"
@@ -210,7 +211,7 @@ def parse_lms_name(path: str, assignment: str) -> tuple[LmsName | None, str] | N
         m = _MOODLE.match(stem)
         if m:
             name = LmsName("moodle", m.group("name"), m.group("participant"))
-            found = (name, m.group("file"))
+            found = (name, m.group("file") or "")
     if found is None:
         m = _BLACKBOARD.match(stem)
         if m:

@@ -8,7 +8,7 @@ students with the same name stay two students:
 
 * **Canvas**: the numeric user id (``ID`` in the gradebook export, and the third
   field of every file of *Download Submissions*, ``<name>[_LATE]_<user id>_
-  <submission id>_<file>``).
+  <attachment id>_<file>``).
 * **Moodle**: the email address. Moodle's grade export carries no user id (its user
   columns are ``First name, Last name, ID number, Institution, Department, Email
   address``; MoodleDocs "Grade export"), and the number in a submission download's
