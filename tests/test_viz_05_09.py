@@ -240,3 +240,51 @@ def test_bad_arguments_name_the_function_and_argument(call, message: str) -> Non
 def test_attention_biases_rejects_non_tensors_with_type_error() -> None:
     with pytest.raises(TypeError, match="plot_attention_biases: biases"):
         viz.plot_attention_biases({"x": [[0.0]]})
+
+
+def _chapter5_figure_cell(name: str) -> tuple[str, str]:
+    """(caption, code) of the chapter-5 cell that draws figure ``name``."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "book" / "05-alibi.md").read_text()
+    cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, re.S)
+    (cell,) = [c for c in cells if f"name: {name}" in c]
+    options, code = cell.split("\n---\n", 1)
+    caption = " ".join(options.split("caption: |", 1)[1].split("name:", 1)[0].split())
+    return caption, code
+
+
+def test_alibi_bias_caption_states_the_slopes_of_the_drawn_heads() -> None:
+    """Issue 33 (captions agree with their figures): the caption of fig-alibi-bias
+    names heads and slopes; the heads are those the cell draws, and each slope is
+    the one its heatmap shows, read back as -bias / distance below the diagonal."""
+    import re
+
+    caption, code = _chapter5_figure_cell("fig-alibi-bias")
+    heads = [
+        int(h) for h in re.search(r"heads=\(([\d, ]+)\)", code).group(1).split(",")
+    ]
+    stated_heads = re.search(r"heads ([\d, ]+) and (\d+)", caption)
+    named = [int(h) for h in stated_heads.group(1).split(",") if h.strip()]
+    assert named + [int(stated_heads.group(2))] == heads
+    exponents = [int(e) for e in re.findall(r"\$2\^\{-(\d+)\}\$", caption)]
+    fig = viz.plot_alibi_bias(8, 10, heads=tuple(heads), causal=True)
+    panels = _data_axes(fig)[: len(heads)]
+    assert len(exponents) == len(heads)
+    for ax, e in zip(panels, exponents, strict=True):
+        img = _image(ax)
+        i, j = np.tril_indices(img.shape[0], k=-1)
+        slope = -img[i, j] / (i - j)
+        np.testing.assert_allclose(slope, 2.0**-e, rtol=1e-6)
+
+
+def test_alibi_decay_figure_names_its_cumulative_lines() -> None:
+    """The chapter reads its caption's numbers from the lines with these gids."""
+    fig = viz.plot_alibi_attention_decay(8, 64)
+    _, right = _data_axes(fig)
+    gids = [ln.get_gid() for ln in right.lines if ln.get_gid()]
+    assert gids == [f"cumulative head {h}" for h in range(8)]
+    for h, ln in enumerate(right.lines[:8]):
+        assert ln.get_gid() == f"cumulative head {h}"
+        assert ln.get_ydata()[-1] == pytest.approx(1.0, abs=1e-5)
