@@ -322,6 +322,7 @@ class StudentLateness:
     timestamp: dt.datetime | None = None  # None: nothing submitted yet
     seconds_late: float = 0.0
     penalty: float = 0.0
+    collected: bool = False  # in submitted/ (maybe not autograded yet)
 
 
 @dataclasses.dataclass
@@ -336,7 +337,7 @@ class ExtensionResult:
     created: bool = False  # a placeholder row was made (nothing submitted yet)
 
 
-def _lateness(sub) -> StudentLateness:
+def _lateness(sub, collected=()) -> StudentLateness:
     placeholder = awaiting_submission(sub)
     return StudentLateness(
         student=sub.student_id,
@@ -345,6 +346,7 @@ def _lateness(sub) -> StudentLateness:
         timestamp=None if placeholder else sub.timestamp,
         seconds_late=0.0 if placeholder else float(sub.total_seconds_late),
         penalty=0.0 if placeholder else float(sub.late_submission_penalty or 0.0),
+        collected=sub.student_id in collected,
     )
 
 
@@ -421,7 +423,7 @@ def grant_extension(
             # session; SQLAlchemy warns at each autoflush in between
             warnings.simplefilter("ignore", sa.exc.SAWarning)
             sub = gb.update_or_create_submission(assignment, student)
-        before = _lateness(sub)
+        before = _lateness(sub, course.submissions(assignment))
         if extension is None and awaiting_submission(sub):
             # no extension left on a row that only carried one: no row at all
             gb.remove_submission(assignment, student)
@@ -430,7 +432,9 @@ def grant_extension(
         sub.extension = extension
         gb.db.commit()
         changes = apply_penalties(gb, assignment, course.config, [student])
-        after = _lateness(gb.find_submission(assignment, student))
+        after = _lateness(
+            gb.find_submission(assignment, student), course.submissions(assignment)
+        )
         return ExtensionResult(assignment, a.duedate, before, after, changes, created)
 
 
@@ -440,8 +444,9 @@ def list_extensions(course, assignment: str) -> tuple[str, dt.datetime | None, l
     with course.gradebook(create=False, assignment=assignment) as gb:
         assignment = course.resolve_released(gb, assignment)
         a = gb.find_assignment(assignment)
+        collected = course.submissions(assignment)
         rows = [
-            _lateness(s)
+            _lateness(s, collected)
             for s in gb.assignment_submissions(assignment)
             if s.extension is not None
         ]
@@ -468,6 +473,8 @@ def format_duration(delta: dt.timedelta | float | None) -> str:
 
 def _status(row: StudentLateness) -> str:
     if row.timestamp is None:
+        if row.collected:
+            return "collected, not autograded yet"
         return "nothing submitted yet"
     when = f"submitted {_utc(row.timestamp)}"
     if row.seconds_late > 0:
@@ -492,8 +499,8 @@ def format_grant(result: ExtensionResult) -> str:
     ]
     if result.created:
         lines.append(
-            "  nbgrader keeps an extension on the submission, so the gradebook has "
-            f"one for {a.student} with no files yet; course autograde fills it in"
+            "  nbgrader keeps an extension on the submission: the gradebook now has "
+            f"one for {a.student} with no grades yet, which course autograde fills in"
         )
     elif a.timestamp is not None:
         lines.append(f"  late penalty: {b.penalty:g} -> {a.penalty:g} points")

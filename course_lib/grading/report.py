@@ -420,15 +420,8 @@ def _late_notes(result: GradeReport) -> list[str]:
 
 
 def _duration(seconds: float) -> str:
-    """``3 d 4 h``, ``2 h 5 min``, ``40 s``: a lateness in words."""
-    s = int(round(seconds))
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min {s} s"
-    return f"{s} s"
+    """``3 d 4 h``, ``2 h 5 min``, ``1 d 1 s``: a lateness in words, every unit
+    that is not zero (a day and a second late is two started days, not "1 d")."""
+    from .late import format_duration
+
+    return format_duration(seconds)
