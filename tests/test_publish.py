@@ -41,9 +41,29 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 MIN_LEN = 16  # shorter lines (`return x`, `out = a + b`) are not distinctive
-TEXT_SUFFIXES = {".html", ".js", ".txt", ".md", ".ipynb", ".json", ".py", ".css",
-                 ".toml", ".cfg", ".yml", ".yaml", ".csv", ".svg", ".xml", ".inv",
-                 "", ".typed", ".METADATA", ".RECORD", ".WHEEL"}
+TEXT_SUFFIXES = {
+    ".html",
+    ".js",
+    ".txt",
+    ".md",
+    ".ipynb",
+    ".json",
+    ".py",
+    ".css",
+    ".toml",
+    ".cfg",
+    ".yml",
+    ".yaml",
+    ".csv",
+    ".svg",
+    ".xml",
+    ".inv",
+    "",
+    ".typed",
+    ".METADATA",
+    ".RECORD",
+    ".WHEEL",
+}
 
 
 def _cells(nb_path: Path):
@@ -82,8 +102,11 @@ def _given(text: str) -> set[str]:
 
 def _distinctive(body: list[str], given: set[str]) -> str | None:
     lines = [ln.strip() for ln in body]
-    lines = [ln for ln in lines
-             if len(ln) >= MIN_LEN and not ln.startswith("#") and ln not in given]
+    lines = [
+        ln
+        for ln in lines
+        if len(ln) >= MIN_LEN and not ln.startswith("#") and ln not in given
+    ]
     return max(lines, key=len) if lines else None
 
 
@@ -230,8 +253,10 @@ def class_course(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> 
         student_repository=STUDENT_URL, student_branch="main", jupyterhub_url=HUB_URL
     )
     (course / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    for cache in (ROOT / "_build" / ".jupyter_cache",
-                  built_book.parent / ".jupyter_cache"):
+    for cache in (
+        ROOT / "_build" / ".jupyter_cache",
+        built_book.parent / ".jupyter_cache",
+    ):
         if cache.is_dir():
             shutil.copytree(cache, course / "_build" / ".jupyter_cache")
             break
@@ -242,9 +267,18 @@ def class_course(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> 
 def published(tmp_path_factory: pytest.TempPathFactory, class_course: Path) -> Path:
     out = tmp_path_factory.mktemp("publish") / "class"
     proc = subprocess.run(
-        [sys.executable, "-m", "course_lib.cli", "publish", str(out),
-         "--root", str(class_course)],
-        capture_output=True, text=True, timeout=1800,
+        [
+            sys.executable,
+            "-m",
+            "course_lib.cli",
+            "publish",
+            str(out),
+            "--root",
+            str(class_course),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"course publish failed:\n{log[-4000:]}"
@@ -254,15 +288,25 @@ def published(tmp_path_factory: pytest.TempPathFactory, class_course: Path) -> P
 @pytest.mark.slow
 def test_publish_tree_holds_no_answer(published: Path) -> None:
     assert sorted(p.name for p in published.iterdir()) == [
-        "README.md", "binder", "book", "dist", "docs", "notebooks"]
+        "README.md",
+        "binder",
+        "book",
+        "dist",
+        "docs",
+        "notebooks",
+    ]
     assert (published / "docs" / "index.html").is_file()
     wheels = list((published / "dist").glob("course_lib-*.whl"))
     assert len(wheels) == 1
-    releases = sorted(p.relative_to(published / "notebooks")
-                      for p in (published / "notebooks").rglob("*.ipynb"))
-    expected = sorted(p.relative_to(ROOT / "notebooks")
-                      for p in (ROOT / "notebooks").rglob("*.ipynb")
-                      if ".ipynb_checkpoints" not in p.parts)
+    releases = sorted(
+        p.relative_to(published / "notebooks")
+        for p in (published / "notebooks").rglob("*.ipynb")
+    )
+    expected = sorted(
+        p.relative_to(ROOT / "notebooks")
+        for p in (ROOT / "notebooks").rglob("*.ipynb")
+        if ".ipynb_checkpoints" not in p.parts
+    )
     assert releases == expected
     with zipfile.ZipFile(wheels[0]) as whl:
         names = whl.namelist()
@@ -288,8 +332,10 @@ def test_publish_tree_holds_no_answer(published: Path) -> None:
 
     patterns = solution_patterns()
     hits, searched = search_tree(published, patterns)
-    print(f"searched {searched} text files (wheel members included) for "
-          f"{len(patterns)} patterns")
+    print(
+        f"searched {searched} text files (wheel members included) for "
+        f"{len(patterns)} patterns"
+    )
     assert searched > 50
     assert not hits, "answers in the published tree:\n" + "\n".join(hits[:40])
 
@@ -305,13 +351,15 @@ def test_publish_tree_is_a_student_repository(published: Path) -> None:
         first = "".join(nb["cells"][0]["source"])
         assert "course-setup" in nb["cells"][0]["metadata"]["tags"], page
         assert "COURSE_PACKAGE" in first
-        assert not any("{only} not class_edition" in "".join(c["source"])
-                       for c in nb["cells"])
+        assert not any(
+            "{only} not class_edition" in "".join(c["source"]) for c in nb["cells"]
+        )
     (wheel,) = (published / "dist").glob("*.whl")
     post = (published / "binder" / "postBuild").read_text()
     assert f"dist/{wheel.name}" in post
     assert (published / "binder" / "requirements.txt").read_text() == (
-        ROOT / "binder" / "requirements.txt").read_text()
+        ROOT / "binder" / "requirements.txt"
+    ).read_text()
     # the buttons are there (where they lead: test_every_student_link_resolves)
     page = (published / "docs" / "book" / "05-alibi.html").read_text()
     for service in ("colab.research.google.com", "mybinder.org", "git-pull?"):
@@ -325,7 +373,10 @@ def test_publish_refuses_a_non_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "old.txt").write_text("x", encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "course_lib.cli", "publish", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -339,11 +390,15 @@ GRADED_LISTINGS = {
     "04-rope": (4, ["apply_rope", "rope_interleaved_to_half_weights"]),
     "05-alibi": (5, ["alibi_slopes", "alibi_bias"]),
     "06-relative": (6, ["shaw_relative_attention", "t5_relative_position_bucket"]),
-    "07-transformer-xl": (7, ["rel_attention_scores", "rel_shift",
-                             "rel_shift_bidirectional"]),
+    "07-transformer-xl": (
+        7,
+        ["rel_attention_scores", "rel_shift", "rel_shift_bidirectional"],
+    ),
     "08-da-transformer": (8, ["da_rescale", "da_attention"]),
-    "11-long-context": (11, ["yarn_correction_range", "yarn_attention_factor",
-                             "llama3_scaled_frequencies"]),
+    "11-long-context": (
+        11,
+        ["yarn_correction_range", "yarn_attention_factor", "llama3_scaled_frequencies"],
+    ),
 }
 
 
@@ -369,7 +424,8 @@ def test_open_edition_keeps_collapsed_solutions(built_book: Path, chapter: str) 
     d = solution[0]
     before = _text(page[: d.start()])
     assert f"course check notebooks/ex{n:02d}_" in before, (
-        f"{chapter}: the solution does not come after the exercise pointer")
+        f"{chapter}: the solution does not come after the exercise pointer"
+    )
     assert not re.search(r"\bopen\b", d.group(1)), f"{chapter}: the dropdown is open"
     body = _text(d.group(2))
     for fn in functions:
@@ -560,10 +616,14 @@ def evaluate(expr: str, context: dict) -> object:
 
 
 def _context(visibility, event="push", ref="refs/heads/main") -> dict:
-    repository = {} if visibility is None else {
-        "visibility": visibility, "private": visibility != "public"}
-    return {"github": {"ref": ref, "event_name": event,
-                       "event": {"repository": repository}}}
+    repository = (
+        {}
+        if visibility is None
+        else {"visibility": visibility, "private": visibility != "public"}
+    )
+    return {
+        "github": {"ref": ref, "event_name": event, "event": {"repository": repository}}
+    }
 
 
 def test_evaluator_reads_conditions_as_github_does() -> None:
@@ -582,9 +642,12 @@ def test_the_open_edition_deploys_only_from_a_public_repository() -> None:
     workflow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
     jobs = workflow["jobs"]
     deployers = [
-        name for name, job in jobs.items()
-        if any("deploy-pages" in str(step.get("uses", ""))
-               or "gh-pages" in str(step) for step in job.get("steps", []))
+        name
+        for name, job in jobs.items()
+        if any(
+            "deploy-pages" in str(step.get("uses", "")) or "gh-pages" in str(step)
+            for step in job.get("steps", [])
+        )
     ]
     assert deployers == ["deploy"]
     condition = jobs["deploy"]["if"]

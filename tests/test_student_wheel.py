@@ -1,9 +1,19 @@
 """The student wheel, installed as a student installs it: in a fresh virtual
-environment outside the repository, with the CPU build of torch and nothing else of
-the course venv.
+environment outside the repository (no system site-packages, so nothing of the
+course venv or of this checkout is importable), with the CPU build of torch and
+what the wheel requires, by the command of the instructor guide's hub recipe
+("Large classes", step 1: ``pip install dist/course_lib-<version>-py3-none-any.whl``
+in the students' environment).
 
 * the wheel holds the student edition only: no reference body of an exercise target,
   no hidden grader or hidden-case input, none of the instructor's grading tool;
+* in that environment a student's Python cannot reach what grades them: every
+  ``grade_<name>`` of ``course_lib.checks.exNN_*`` is a stub that raises, the
+  graders' private references (``_ref_*``, ``_reference_*``) are gone, every
+  instructor module of ``course_lib.grading`` (autograde, grade, the sandbox, the
+  editions, ...) fails to import, and every library function an exercise grades
+  (``alibi_bias``, ``apply_rope``, ... : ``exercise_targets()``) raises "is exercise
+  N" and has no body but that;
 * a release notebook's set-up cell does nothing there (course_lib is installed);
 * ``course check`` passes that notebook with the instructor's answers filled in and
   fails it as released (the stubs), from the stored public values.
@@ -109,17 +119,18 @@ def test_wheel_holds_the_student_edition_only(wheel: Path) -> None:
     for data in edition._DATA_FILES:
         assert f"course_lib/{data}" in names, data
     assert not [n for n in names if "__pycache__" in n or n.startswith("solutions")]
-    grading = sorted(n.removeprefix("course_lib/grading/") for n in sources
-                     if n.startswith("course_lib/grading/"))
+    grading = sorted(
+        n.removeprefix("course_lib/grading/")
+        for n in sources
+        if n.startswith("course_lib/grading/")
+    )
     assert grading == sorted(edition.STUDENT_GRADING_MODULES)
     assert not set(grading) & set(INSTRUCTOR_MODULES)
     # no hidden grader has a body, no hidden input is left anywhere
     for name, text in sources.items():
         if name.startswith("course_lib/checks/ex"):
             for node in ast.parse(text).body:
-                if isinstance(node, ast.FunctionDef) and node.name.startswith(
-                    "grade_"
-                ):
+                if isinstance(node, ast.FunctionDef) and node.name.startswith("grade_"):
                     assert len(node.body) == 1
                     assert isinstance(node.body[0], ast.Raise), node.name
     everything = "\n".join(ast.unparse(ast.parse(t)) for t in sources.values())
@@ -149,10 +160,14 @@ def test_wheel_holds_the_student_edition_only(wheel: Path) -> None:
 
 
 def _run(argv: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600, **kw)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+    }
+    return subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, **kw
+    )
 
 
 def _notebooks(tmp: Path) -> tuple[Path, Path, str]:
@@ -176,7 +191,8 @@ def _notebooks(tmp: Path) -> tuple[Path, Path, str]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
         if cell["metadata"].get("nbgrader", {}).get("solution"):
             cell["source"] = "\n".join(
-                line for line in answers[grade_id].splitlines()
+                line
+                for line in answers[grade_id].splitlines()
                 if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
             )
             filled += 1
@@ -184,30 +200,59 @@ def _notebooks(tmp: Path) -> tuple[Path, Path, str]:
     solved = tmp / "solved.ipynb"
     solved.write_text(json.dumps(release))
     setup = [
-        "".join(c["source"]) for c in release["cells"]
+        "".join(c["source"])
+        for c in release["cells"]
         if "course-setup" in c["metadata"].get("tags", [])
     ]
     assert len(setup) == 1, "the release notebook has no tagged set-up cell"
     return solved, stub, setup[0]
 
 
-def test_student_wheel_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    assert _run([sys.executable, "-m", "venv", str(venv)], tmp_path).returncode == 0
+@pytest.fixture(scope="module")
+def student_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (no system site-packages) with the student wheel, installed as
+    the guide's hub recipe installs it, and its requirements."""
+    tmp = tmp_path_factory.mktemp("student-env")
+    venv = tmp / "venv"
+    assert _run([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
+    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
     python = venv / "bin" / "python"
     torch_pin = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build
     # --no-compile: pip would byte-compile every module of torch and the other
     # dependencies (two thirds of the install's time); Python compiles what is
     # imported below anyway, and every .py file of the wheel is parsed by
     # test_wheel_holds_the_student_edition_only
-    install = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
-                    torch_pin, str(wheel)], tmp_path)
+    install = _run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-compile",
+            torch_pin,
+            str(wheel),
+        ],
+        tmp,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
+    return venv
+
+
+def test_student_wheel_in_a_fresh_venv(student_venv: Path, tmp_path: Path) -> None:
+    venv = student_venv
+    python = venv / "bin" / "python"
     # course_lib is the wheel's, the course venv's tools are absent
-    where = _run([str(python), "-c",
-                  "import importlib.util as u, course_lib; "
-                  "print(course_lib.__file__); "
-                  "print(u.find_spec('nbgrader') is None)"], tmp_path)
+    where = _run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u, course_lib; "
+            "print(course_lib.__file__); "
+            "print(u.find_spec('nbgrader') is None)",
+        ],
+        tmp_path,
+    )
     assert where.returncode == 0, where.stderr
     path, no_nbgrader = where.stdout.split()
     assert Path(path).is_relative_to(venv) and no_nbgrader == "True"
@@ -233,7 +278,173 @@ def test_student_wheel_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         "`course check` only; instructors install course_lib[grading])"
     ]
     # the library's own copy of the exercise is a stub that says so
-    lib = _run([str(python), "-c", "import course_lib; course_lib.alibi_slopes(8)"],
-               tmp_path)
+    lib = _run(
+        [str(python), "-c", "import course_lib; course_lib.alibi_slopes(8)"], tmp_path
+    )
     assert lib.returncode == 1
     assert "alibi_slopes is exercise 5: implement it in your notebook" in lib.stderr
+
+
+# What a student's kernel on the hub runs: try to reach the graders and the
+# references. Prints one JSON object; argv[1] is what to look for (from the full
+# package's sources, not from the wheel).
+_PROBE = """
+import importlib, inspect, json, sys
+wanted = json.loads(sys.argv[1])
+out = {"graders": {}, "private": {}, "modules": {}, "targets": {}, "files": []}
+
+
+def call(fn):
+    if not callable(fn):
+        return "not callable: " + type(fn).__name__
+    args = [None] * sum(
+        p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in inspect.signature(fn).parameters.values())
+    try:
+        fn(*args)
+        return "returned"
+    except NotImplementedError as exc:
+        return "raised: " + str(exc)
+    except Exception as exc:
+        return "other " + type(exc).__name__ + ": " + str(exc)
+
+
+REFUSED = ("raised: ", "other RuntimeError: ")
+
+
+def reference(fn, depth=0):
+    # what a grader's reference gives: called, or (a wrapper that needs real
+    # inputs) what the references it calls give
+    verdict = call(fn)
+    code = getattr(fn, "__code__", None)
+    if verdict.startswith(REFUSED) or code is None or depth > 3:
+        return verdict
+    inner = [fn.__globals__[n] for n in code.co_names
+             if n.startswith(("_lib", "_ref")) and callable(fn.__globals__.get(n))]
+    if not inner:
+        return verdict
+    found = [reference(g, depth + 1) for g in inner]
+    bad = [v for v in found if not v.startswith(REFUSED)]
+    return bad[0] if bad else found[0]
+
+
+import course_lib, course_lib.checks
+for module, graders in wanted["graders"].items():
+    mod = importlib.import_module(module)
+    for name in graders:
+        fn = getattr(mod, name, None)
+        if fn is None:
+            out["graders"][module + "." + name] = "absent"
+            continue
+        args = [None] * len(inspect.signature(fn).parameters)
+        try:
+            fn(*args)
+            out["graders"][module + "." + name] = "returned"
+        except NotImplementedError as exc:
+            out["graders"][module + "." + name] = "raised: " + str(exc)
+        except Exception as exc:
+            out["graders"][module + "." + name] = "other " + type(exc).__name__
+    for n in dir(mod):
+        if n.startswith(("_ref", "_reference")):
+            out["private"][module + "." + n] = reference(getattr(mod, n))
+for module in wanted["modules"]:
+    try:
+        importlib.import_module(module)
+        out["modules"][module] = "imported"
+    except ModuleNotFoundError as exc:
+        out["modules"][module] = "missing " + str(exc.name)
+for module, names in wanted["targets"].items():
+    mod = importlib.import_module(module)
+    for name in names:
+        fn = getattr(mod, name)
+        out["targets"][module + "." + name] = [call(fn), inspect.getsource(fn)]
+import pathlib
+root = pathlib.Path(course_lib.__file__).parent
+out["files"] = sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
+out["where"] = str(root)
+print(json.dumps(out))
+"""
+
+
+def _hidden_graders() -> dict[str, list[str]]:
+    """``course_lib.checks.exNN_*`` -> its ``grade_*`` functions, from the full
+    package's sources."""
+    graders = {}
+    for path in sorted((PACKAGE / "checks").glob("ex*_*.py")):
+        names = [
+            n.name
+            for n in ast.parse(path.read_text()).body
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("grade_")
+        ]
+        if names:
+            graders[f"course_lib.checks.{path.stem}"] = names
+    return graders
+
+
+def test_students_cannot_reach_graders_or_references(
+    student_venv: Path, tmp_path: Path
+) -> None:
+    """In the students' environment (the guide's hub recipe) a student's Python
+    finds no hidden grader, no grader's reference, no instructor module and no
+    reference implementation of an exercise target."""
+    graders = _hidden_graders()
+    assert sum(map(len, graders.values())) >= 20
+    modules = ["course_lib.grading.editions"] + [
+        "course_lib.grading." + m.removesuffix(".py").replace("/", ".")
+        for m in INSTRUCTOR_MODULES
+        if not m.rsplit("/", 1)[-1].startswith("_")
+    ]
+    targets = {m: sorted(t) for m, t in edition.exercise_targets().items()}
+    wanted = {"graders": graders, "modules": modules, "targets": targets}
+    run = _run(
+        [str(student_venv / "bin" / "python"), "-c", _PROBE, json.dumps(wanted)],
+        tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout)
+    assert Path(found["where"]).is_relative_to(student_venv)  # the wheel's copy
+    # every hidden grader is a stub that says it runs at grading
+    for name, verdict in found["graders"].items():
+        assert verdict.startswith("raised: "), (name, verdict)
+    assert len(found["graders"]) == sum(map(len, graders.values()))
+    # the graders' own names for the references (``_ref_alibi_bias``) are the
+    # library's stubs, or answer only the public checks' inputs from the stored
+    # values (course_lib.checks._stored): on any other input they refuse
+    assert len(found["private"]) >= 10
+    for name, verdict in found["private"].items():
+        assert verdict.startswith(("raised: ", "other RuntimeError: ")), (name, verdict)
+        assert "exercise" in verdict, (name, verdict)
+    # the instructor's tool is not there to import
+    assert set(found["modules"]) == set(modules)
+    for module, verdict in found["modules"].items():
+        # the module itself, or the package holding it (editions/), is missing
+        missing = verdict.removeprefix("missing ")
+        assert verdict.startswith("missing course_lib.grading."), (module, verdict)
+        assert module == missing or module.startswith(missing + "."), verdict
+    for rel in INSTRUCTOR_MODULES:
+        assert f"grading/{rel}" not in found["files"], rel
+    # every function an exercise grades raises "is exercise N" and holds no more
+    numbers = {
+        f"{m}.{n}": k
+        for m, t in edition.exercise_targets().items()
+        for n, k in t.items()
+    }
+    assert set(found["targets"]) == set(numbers)
+    for name, (verdict, source) in found["targets"].items():
+        short = name.rsplit(".", 1)[1]
+        assert verdict.startswith("raised: "), (name, verdict)
+        assert f"is exercise {numbers[name]}" in verdict or (
+            f"which is exercise {numbers[name]}" in verdict
+        ), (name, verdict)
+        (fn,) = [
+            n
+            for n in ast.parse(source.strip()).body
+            if isinstance(n, ast.FunctionDef) and n.name == short
+        ]
+        body = [
+            s
+            for s in fn.body
+            if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        ]
+        assert len(body) == 1 and isinstance(body[0], ast.Raise), (name, source)

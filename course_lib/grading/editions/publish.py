@@ -56,7 +56,8 @@ __all__ = ["PublishError", "PublishResult", "find_course_root", "publish"]
 # or hidden-test regions (the book's prose may name those markers).
 _BOOK_LEAKS = re.compile(
     r"<summary[^>]*>(?:\s*<[^>]+>)*\s*Solution to exercise"
-    r"|^:{3,}\{only\}\s+not\s+class_edition", re.MULTILINE
+    r"|^:{3,}\{only\}\s+not\s+class_edition",
+    re.MULTILINE,
 )
 _NOTEBOOK_LEAKS = re.compile(r"### BEGIN SOLUTION|### BEGIN HIDDEN TESTS")
 _SKIP_DIRS = {".ipynb_checkpoints", "__pycache__"}
@@ -103,8 +104,10 @@ def _check_out(out: Path, root: Path) -> Path:
             "old (or private) is published with it"
         )
     inside = out.relative_to(root).parts[:1] if root in out.parents else ()
-    if out == root or out in root.parents or (
-        inside and inside[0] in {"solutions", "notebooks", "book", "course_lib"}
+    if (
+        out == root
+        or out in root.parents
+        or (inside and inside[0] in {"solutions", "notebooks", "book", "course_lib"})
     ):
         raise PublishError(
             f"{out} is (or holds) a folder of the course itself; publish into a folder "
@@ -122,8 +125,9 @@ def _class_config(root: Path, tmp: Path, book_url: str = "") -> Path:
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8")) or {}
     sphinx = config.setdefault("sphinx", {})
     local = sphinx.get("local_extensions") or {}
-    sphinx["local_extensions"] = {name: str((root / path).resolve())
-                                  for name, path in local.items()}
+    sphinx["local_extensions"] = {
+        name: str((root / path).resolve()) for name, path in local.items()
+    }
     execute = config.setdefault("execute", {})
     execute["cache"] = str(root / "_build" / ".jupyter_cache")
     html = config.setdefault("html", {})
@@ -139,8 +143,11 @@ def _class_config(root: Path, tmp: Path, book_url: str = "") -> Path:
         repository["url"] = student
         repository["branch"] = str(launch.get("student_branch") or "main")
     else:
-        for button in ("use_repository_button", "use_issues_button",
-                       "use_edit_page_button"):
+        for button in (
+            "use_repository_button",
+            "use_issues_button",
+            "use_edit_page_button",
+        ):
             html[button] = False
     path = tmp / "_config.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -158,15 +165,26 @@ def build_class_html(root: Path, *, book_url: str = "", log=print) -> Path:
     command = [str(jb) if jb.exists() else "jupyter-book"]
     with tempfile.TemporaryDirectory(prefix="course-publish-") as tmp:
         config = _class_config(root, Path(tmp), book_url)
-        command += ["build", str(root), "--builder", "html",
-                    "--path-output", str(build), "--config", str(config),
-                    "-W", "-n", "--keep-going"]
+        command += [
+            "build",
+            str(root),
+            "--builder",
+            "html",
+            "--path-output",
+            str(build),
+            "--config",
+            str(config),
+            "-W",
+            "-n",
+            "--keep-going",
+        ]
         log("building the class edition of the book (COURSE_EDITION=class) ...")
         env = {**os.environ, "COURSE_EDITION": "class"}
         with open(logfile, "w", encoding="utf-8") as fh:
             try:
-                run = subprocess.run(command, cwd=root, env=env, stdout=fh,
-                                     stderr=subprocess.STDOUT)
+                run = subprocess.run(
+                    command, cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT
+                )
             except FileNotFoundError:
                 raise PublishError(
                     "jupyter-book is not installed; install the book extra: "
@@ -182,8 +200,14 @@ def build_class_html(root: Path, *, book_url: str = "", log=print) -> Path:
 
 def _text_files(folder: Path):
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.suffix in {".html", ".js", ".txt", ".md", ".ipynb",
-                                              ".json"}:
+        if path.is_file() and path.suffix in {
+            ".html",
+            ".js",
+            ".txt",
+            ".md",
+            ".ipynb",
+            ".json",
+        }:
             yield path
 
 
@@ -271,8 +295,10 @@ def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
         raise PublishError(f"{root} has no _config.yml: it is not the course folder")
     launch = class_settings(settings)
     if launch is None:
-        log("note: launch_buttons.student_repository is not set in _config.yml, so "
-            "the class edition has no Binder/Colab/JupyterHub buttons")
+        log(
+            "note: launch_buttons.student_repository is not set in _config.yml, so "
+            "the class edition has no Binder/Colab/JupyterHub buttons"
+        )
     else:
         refresh_setup_cells(sorted((out / "notebooks").rglob("*.ipynb")), launch)
     for page in chapter_pages(root):
