@@ -187,6 +187,10 @@ def test_alibi_span_caption_numbers_are_read_from_the_plotted_curves() -> None:
     for m, first in zip(cl.alibi_slopes(8).double().tolist(), expected, strict=True):
         cross = -math.log((1 + math.exp(-m * n_keys)) / 2) / m
         assert first == math.ceil(cross - 1 - 1e-12)
+    # the prose's limits: ln 2 / m for m n large, n / 2 (the middle) for m n small
+    for m, want in ((1.0, math.log(2)), (1e-9, n_keys / 2)):
+        cross = -math.log((1 + math.exp(-m * n_keys)) / 2) / m
+        assert cross == pytest.approx(want, rel=1e-5)  # error ~ m n / 4 relative
     # the numbers: the gentle heads cross near 24, 28, 30, far from ln 2 / m
     assert expected[-3:] == [24, 28, 30]
     assert expected[-1] < math.log(2) / 2.0**-8 / 5
