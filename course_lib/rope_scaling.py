@@ -200,7 +200,13 @@ def yarn_correction_range(
     r"""Pair indices ``(low, high)`` where YaRN's ramp starts and ends.
 
     ``low = floor(i(beta_fast))``, ``high = ceil(i(beta_slow))`` (no rounding when
-    ``truncate=False``), clipped to ``[0, d - 1]``.
+    ``truncate=False``), clipped to ``[0, d - 1]``. A ``beta_fast`` above the
+    :math:`L/2\pi` turns of the fastest pair gives ``i < 0``, clipped to pair 0
+    (e.g. LLaMA's 32 at :math:`L = 16`); ramp and result are then those of any
+    ``beta_fast`` between :math:`L/2\pi` and that value.
+
+    >>> yarn_correction_range(32.0, 1.0, 16, 10000.0, 16)  # d = 16, L = 16
+    (0, 1)
     """
     low = yarn_correction_dim(beta_fast, head_dim, base, original_max_position)
     high = yarn_correction_dim(beta_slow, head_dim, base, original_max_position)
@@ -432,7 +438,12 @@ def rope_scaled_frequencies(
       :func:`yarn_ramp` :math:`\gamma` (1 = interpolate) linear in the pair index
       between the pairs that turn ``beta_fast`` (default 32) and ``beta_slow``
       (default 1) times in :math:`L` (:func:`yarn_correction_range`): the form of
-      the reference code and of Hugging Face, which the course follows. The paper
+      the reference code and of Hugging Face, which the course follows. The
+      defaults are LLaMA's; Peng et al. tune them per model (section 3.2). No pair
+      turns more than :math:`L/2\pi` times (pair 0, :math:`\theta_0 = 1`), so at a
+      short :math:`L` the fast end falls below pair 0 and is clipped there: at
+      :math:`d = 16`, :math:`L = 16`, base :math:`10^4` the ramp keeps pair 0 and
+      divides every other pair by :math:`s`, with no pair in between. The paper
       (section 3.2) writes the ramp linear in the number of turns :math:`r = L/\lambda`
       with :math:`\gamma = 1` meaning keep; the two agree at the ends, not in
       between. Attention factor ``attention_factor`` or

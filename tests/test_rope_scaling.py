@@ -539,3 +539,28 @@ def test_paper_ramp_and_index_ramp_agree_at_the_ends_only():
     assert bool((keep_code[turns <= 1] <= keep_paper[turns <= 1] + 0.1).all())
     middle = (turns > 1) & (turns < 32)
     assert (keep_paper[middle] - keep_code[middle]).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("L", [16, 32, 64])
+def test_yarn_fast_end_above_the_fastest_pair_is_clipped_to_pair_0(L):
+    """Issue 33: no pair turns more than L / 2 pi times in L tokens (theta_0 = 1), so
+    any beta_fast from L / 2 pi up (LLaMA's 32 included, at these L) puts the ramp's
+    fast end at pair 0 and gives the same frequencies (the docstrings say so)."""
+    import course_lib as cl
+
+    d, base, s = 16, 10000.0, 4.0
+    fastest = L / (2 * math.pi)
+    assert fastest < 32
+    ref = cl.rope_scaled_frequencies(d, base=base, method="yarn", factor=s,
+                                     original_max_position=L, dtype=torch.float64,
+                                     beta_fast=fastest * (1 + 1e-9), beta_slow=1.0)
+    for beta_fast in (fastest * 1.5, 32.0, 1000.0):
+        low, _ = cl.yarn_correction_range(beta_fast, 1.0, d, base, L)
+        assert low == 0
+        got = cl.rope_scaled_frequencies(d, base=base, method="yarn", factor=s,
+                                         original_max_position=L,
+                                         dtype=torch.float64, beta_fast=beta_fast,
+                                         beta_slow=1.0)
+        assert torch.equal(got[0], ref[0]) and got[1] == ref[1]
+    at_fastest = cl.yarn_correction_dim(fastest, d, base, L)
+    assert at_fastest == pytest.approx(0.0, abs=1e-12)
