@@ -13,8 +13,11 @@ eq. (3)), with ``R_{i-j}`` a sinusoid of the distance and ``W_{k,R}`` its projec
 
 computed as ``(q + u) k^T + rel_shift((q + v) r^T)`` where ``r`` holds the projected
 embeddings for the descending distances ``k_len-1, ..., 0``. ``rel_shift`` realigns each
-row from "column = distance" to "column = key" by a pad-and-reshape; the entries it
-produces for keys after the query are garbage, so the causal mask is mandatory.
+row from "column = distance" to "column = key" by a pad-and-reshape. The entries it
+produces for keys after the query are leftovers of neighbouring rows, not scores: the
+causal mask, which a causal language model applies anyway, must go on the shifted
+scores, and this shift cannot serve attention without that mask (Dai et al., App. B
+compute only the past distances).
 
 Keys are the cached memory of the previous segment followed by the current segment:
 queries are the *last* ``q_len`` of the ``k_len`` positions.
