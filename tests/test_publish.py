@@ -234,6 +234,8 @@ HUB_URL = "https://hub.example.edu"
 # name in lower case, then the repository's): docs/ of the published tree.
 STUDENT_PAGES = f"https://{STUDENT_ORG.lower()}.github.io/{STUDENT_REPO}/"
 INSTRUCTOR_URL = "https://github.com/positional-encodings-course/course"
+INSTRUCTOR_REPO = "positional-encodings-course/course"
+STUDENT_FILES = f"{STUDENT_URL}/blob/main/"
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +248,9 @@ def class_course(tmp_path_factory: pytest.TempPathFactory, built_book: Path) -> 
     for name in ("book", "notebooks", "binder"):
         shutil.copytree(ROOT / name, course / name, ignore=skip)
     shutil.copy2(ROOT / "_toc.yml", course / "_toc.yml")
-    (course / "_vendor").symlink_to(ROOT / "_vendor")  # MathJax, read only
+    # read only: MathJax, and the library the chapters list (literalinclude)
+    (course / "_vendor").symlink_to(ROOT / "_vendor")
+    (course / "course_lib").symlink_to(ROOT / "course_lib")
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert config["repository"]["url"] == INSTRUCTOR_URL
     config["launch_buttons"].update(
@@ -483,12 +487,15 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     """Each link of ``course feedback`` (the book at the section, the chapter
     notebook on each service), each launch button and relative link of every
     published page, and each set-up cell's wheel lead to a file of the published
-    tree: the class book's address is where GitHub Pages serves ``docs/``."""
+    tree: the class book's address is where GitHub Pages serves ``docs/``. The
+    chapters' own links to the course's repository ("read it on GitHub", "exercise
+    5 in Colab") open the student repository's copy, and no link of a page names
+    the instructor's repository."""
     from course_lib.checks.sections import SECTIONS
     from course_lib.grading.feedback import teaching_links
 
     assert (published / "docs" / ".nojekyll").is_file()
-    followed = {"feedback": 0, "launch": 0, "relative": 0, "wheel": 0}
+    followed = {"feedback": 0, "launch": 0, "relative": 0, "github": 0, "wheel": 0}
     # the feedback's links, as course feedback writes them for this class
     for function in SECTIONS:
         _name, links = teaching_links(class_course, function)
@@ -502,7 +509,16 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     # every link of every published page
     docs = published / "docs"
     for page in sorted(docs.rglob("*.html")):
+        if page.relative_to(docs).parts[0] == "_static":
+            continue  # the theme's templates, not pages
         text = page.read_text(encoding="utf-8")
+        redirect = re.fullmatch(
+            r'<meta http-equiv="Refresh" content="0; url=([^"]+)" />\s*', text
+        )
+        if redirect:  # index.html: the book's first page
+            assert (page.parent / redirect.group(1)).is_file(), page
+            followed["relative"] += 1
+            continue
         canonical = re.search(r'<link rel="canonical" href="([^"]+)"', text)
         assert canonical, f"{page}: no canonical address (html.baseurl)"
         assert canonical.group(1) == STUDENT_PAGES + page.relative_to(docs).as_posix()
@@ -520,6 +536,14 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
                 followed["relative"] += 1
             elif link.startswith(STUDENT_PAGES):
                 _assert_page(*_book_target(link, published), link)
+            elif link.startswith(STUDENT_FILES):  # "read it on GitHub"
+                path = unquote(urlsplit(link.removeprefix(STUDENT_FILES)).path)
+                assert (published / path).exists(), f"{page.name}: {link}"
+                followed["github"] += 1
+            assert INSTRUCTOR_REPO not in link, f"{page.name}: {link}"
+    # the chapter notebooks' links lead into the student repository too
+    for nb_path in sorted((published / "book" / "notebooks").glob("*.ipynb")):
+        assert INSTRUCTOR_REPO not in nb_path.read_text(), nb_path.name
     # the wheel each published notebook's set-up cell installs
     raw = f"https://raw.githubusercontent.com/{STUDENT_ORG}/{STUDENT_REPO}/main/"
     for nb_path in sorted(published.rglob("*.ipynb")):
@@ -534,6 +558,7 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     assert followed["feedback"] >= 4 * len(SECTIONS)
     assert followed["launch"] >= 3 * 10  # three services, every chapter page
     assert followed["relative"] > 100 and followed["wheel"] > 20
+    assert followed["github"] >= 10  # the chapters' "read it on GitHub" links
 
 
 # --- the open edition's Pages workflow --------------------------------------------

@@ -14,6 +14,8 @@ in the students' environment).
   editions, ...) fails to import, and every library function an exercise grades
   (``alibi_bias``, ``apply_rope``, ... : ``exercise_targets()``) raises "is exercise
   N" and has no body but that;
+* the guide's recipe installs exactly this wheel for students, and the full course
+  (``'.[grading]'``) only where the instructor grades;
 * a release notebook's set-up cell does nothing there (course_lib is installed);
 * ``course check`` passes that notebook with the instructor's answers filled in and
   fails it as released (the stubs), from the stored public values.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -448,3 +451,25 @@ def test_students_cannot_reach_graders_or_references(
             if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
         ]
         assert len(body) == 1 and isinstance(body[0], ast.Raise), (name, source)
+
+
+def test_the_guide_installs_this_wheel_for_students(wheel: Path) -> None:
+    """The guide's hub recipe ("Large classes", step 1) installs, in the students'
+    environment, the wheel these tests install, and nothing of the full course; the
+    full course is installed only where the instructor grades."""
+    guide = (ROOT / "book" / "instructor-guide.md").read_text(encoding="utf-8")
+    section = guide.split("## Large classes", 1)[1].split("\n## ", 1)[0]
+    step = section.split("\n1. ", 1)[1].split("\n2. ", 1)[0]
+    students, grader = step.split("**Where you grade**", 1)
+    (block,) = re.findall(r"```bash\n(.*?)```", students, flags=re.S)
+    installs = [
+        ln.split("#")[0].split()
+        for ln in block.splitlines()
+        if ln.strip().startswith("pip install")
+    ]
+    wheels = [w for args in installs for w in args if w.endswith(".whl")]
+    assert [Path(w).name for w in wheels] == [wheel.name]
+    assert wheels[0].endswith(f"dist/{wheel.name}")  # what course publish writes
+    everything = " ".join(" ".join(args) for args in installs)
+    assert "-e" not in everything.split() and "[grading]" not in everything
+    assert "'.[grading]'" in grader  # the full course, where grading happens

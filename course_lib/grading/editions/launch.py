@@ -45,7 +45,10 @@ else where GitHub Pages serves the student repository's ``docs/`` folder
 (``https://ORG.github.io/REPO/``; ``course publish`` writes the book there). Both the
 class build's ``html.baseurl`` and the links of ``course feedback``
 (:func:`feedback_settings`) take it from these settings, so a page the feedback names
-is a page of the published tree (``tests/test_publish.py`` walks them).
+is a page of the published tree (``tests/test_publish.py`` walks them). The class
+build also moves the chapters' own links to a file of the course's repository (a
+GitHub, Colab or Binder address) to the student repository (:func:`rehome_url`), so
+no page leads students to the instructor's repository.
 """
 
 from __future__ import annotations
@@ -529,6 +532,77 @@ def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
     return urls
 
 
+# --- links of the class edition -------------------------------------------------
+
+
+def rehome_url(url: str, open_settings: LaunchSettings, launch: LaunchSettings) -> str:
+    """``url`` moved from the course's repository to the class's student repository
+    when it opens a file of the repository: a GitHub page (``/blob/``, ``/tree/``,
+    ``/raw/``), a raw file, or the file on Colab or Binder. The chapters' prose
+    links ("read it on GitHub", "exercise 5 in Colab") then lead into the published
+    tree (whose ``notebooks/`` and ``book/notebooks/`` hold those paths); any other
+    URL is returned as it is."""
+    org, repo = open_settings.github
+    new_org, new_repo = launch.github
+    branch, new_branch = open_settings.branch, launch.branch
+    pairs = [
+        (
+            f"https://github.com/{org}/{repo}/{kind}/{branch}/",
+            f"https://github.com/{new_org}/{new_repo}/{kind}/{new_branch}/",
+        )
+        for kind in ("blob", "tree", "raw")
+    ]
+    pairs.append(
+        (
+            f"https://raw.githubusercontent.com/{org}/{repo}/{branch}/",
+            f"https://raw.githubusercontent.com/{new_org}/{new_repo}/{new_branch}/",
+        )
+    )
+    if launch.colab_url:
+        pairs.append(
+            (
+                f"{launch.colab_url}/github/{org}/{repo}/blob/{branch}/",
+                f"{launch.colab_url}/github/{new_org}/{new_repo}/blob/{new_branch}/",
+            )
+        )
+    if launch.binderhub_url:
+        pairs.append(
+            (
+                f"{launch.binderhub_url}/v2/gh/{org}/{repo}/{branch}?",
+                f"{launch.binderhub_url}/v2/gh/{new_org}/{new_repo}/{new_branch}?",
+            )
+        )
+    for old, new in pairs:
+        if url.startswith(old):
+            return new + url[len(old) :]
+    return url
+
+
+_URL = re.compile(r"https?://[^\s)\]>\"'`]+")
+
+
+def rehome_links(
+    text: str, open_settings: LaunchSettings, launch: LaunchSettings
+) -> str:
+    """Every URL of ``text`` through :func:`rehome_url`."""
+    return _URL.sub(lambda m: rehome_url(m.group(0), open_settings, launch), text)
+
+
+def _rehome_references(app, doctree, docname) -> None:
+    """In the class edition, the links of the pages that open a file of the course's
+    repository open it in the student repository instead (none is left pointing at
+    the instructor's repository)."""
+    launch = app.env.course_launch_settings
+    if not app.env.course_class_edition or launch is None:
+        return
+    from docutils import nodes
+
+    for node in doctree.findall(nodes.reference):
+        uri = node.get("refuri")
+        if uri:
+            node["refuri"] = rehome_url(uri, app.env.course_open_settings, launch)
+
+
 # --- Sphinx extension -----------------------------------------------------------
 
 
@@ -562,14 +636,17 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
                 target = Path(app.outdir) / "_sources" / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if class_edition:
-                    target.write_text(
-                        chapter_notebook(
-                            app.srcdir,
-                            pagename,
-                            settings or app.env.course_open_settings,
-                            class_edition=True,
-                        )
+                    text = chapter_notebook(
+                        app.srcdir,
+                        pagename,
+                        settings or app.env.course_open_settings,
+                        class_edition=True,
                     )
+                    if settings is not None:
+                        text = rehome_links(
+                            text, app.env.course_open_settings, settings
+                        )
+                    target.write_text(text)
                 else:
                     shutil.copyfile(Path(app.srcdir) / rel, target)
                 depth = pagename.count("/")
@@ -605,6 +682,7 @@ def _builder_inited(app) -> None:
 def setup(app) -> dict[str, Any]:
     """Sphinx entry point (``sphinx.extra_extensions`` in ``_config.yml``)."""
     app.connect("builder-inited", _builder_inited)
+    app.connect("doctree-resolved", _rehome_references)
     # after sphinx-book-theme's add_launch_buttons / add_header_buttons (501)
     app.connect("html-page-context", _page_context, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

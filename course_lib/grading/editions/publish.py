@@ -281,6 +281,7 @@ def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
         class_settings,
         read_settings,
         refresh_setup_cells,
+        rehome_links,
         student_wheel_name,
     )
 
@@ -304,10 +305,10 @@ def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
     for page in chapter_pages(root):
         path = out / chapter_notebook_path(page)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            chapter_notebook(root, page, launch or settings, class_edition=True),
-            encoding="utf-8",
-        )
+        text = chapter_notebook(root, page, launch or settings, class_edition=True)
+        if launch is not None:  # its links into the student repository
+            text = rehome_links(text, settings, launch)
+        path.write_text(text, encoding="utf-8")
     binder = out / "binder"
     binder.mkdir()
     for name in ("runtime.txt", "requirements.txt"):

@@ -14,8 +14,8 @@ from inside for the host's network and files); whether ``bwrap`` is there is
 :meth:`.sandbox.SandboxLauncher.bwrap_path`'s answer. What this module adds is the
 *why* when the sandbox cannot be built, read from the kernel's settings:
 
-* ``kernel.unprivileged_userns_clone`` (Debian's kernel patch, ``0`` turns
-  unprivileged user namespaces off; Debian 11 and later ship ``1``);
+* ``kernel.unprivileged_userns_clone`` (a Debian kernel patch: ``0`` turns
+  unprivileged user namespaces off, as older Debian kernels did by default);
 * ``user.max_user_namespaces`` (upstream Linux, ``Documentation/admin-guide/
   sysctl/user.rst``: ``0`` forbids creating user namespaces; RHEL 7 shipped ``0``);
 * ``kernel.apparmor_restrict_unprivileged_userns`` (Ubuntu 23.10 and later, on by
