@@ -187,12 +187,12 @@ def _check_shaw_case(fn, q, k, v, a_k, a_v, max_distance: int) -> None:
     out, weights = got
     out_ref, weights_ref = expected
     expect_close(
-        weights, weights_ref, what=f"the weights of {call}", atol=_ATOL, rtol=_RTOL,
-        mistakes=weight_mistakes, dtype="float",
+        weights, weights_ref, what=f"the weight tensor of {call}", atol=_ATOL,
+        rtol=_RTOL, mistakes=weight_mistakes, dtype="float",
     )
     expect_close(
-        out, out_ref, what=f"the output of {call}", atol=_ATOL, rtol=_RTOL,
-        mistakes=out_mistakes, dtype="float",
+        out, out_ref, what=f"the output of {call} (its weights are right)",
+        atol=_ATOL, rtol=_RTOL, mistakes=out_mistakes, dtype="float",
     )
 
 

@@ -385,7 +385,7 @@ def _check_attention_case(fn, q, k, v, w, v_bias, causal=False) -> None:
     expect_close(
         weights,
         weights_ref,
-        what=f"the weights of {call}",
+        what=f"the weight tensor of {call}",
         atol=_ATOL,
         rtol=_RTOL,
         mistakes=weight_mistakes,
@@ -394,7 +394,7 @@ def _check_attention_case(fn, q, k, v, w, v_bias, causal=False) -> None:
     expect_close(
         out,
         out_ref,
-        what=f"the output of {call}",
+        what=f"the output of {call} (its weights are right)",
         atol=_ATOL,
         rtol=_RTOL,
         mistakes=out_mistakes,
