@@ -222,6 +222,96 @@ def test_search_finds_a_leaked_solution(tmp_path: Path) -> None:
     assert search_tree(clean, patterns)[0] == []
 
 
+def _settings(**launch):
+    from course_lib.grading.editions.launch import settings_from_config
+
+    return settings_from_config(
+        {
+            "repository": {"url": INSTRUCTOR_URL, "branch": "main"},
+            "launch_buttons": {
+                "colab_url": "https://colab.research.google.com",
+                "binderhub_url": "https://mybinder.org",
+                **launch,
+            },
+        }
+    )
+
+
+def test_the_class_book_address() -> None:
+    """Where the feedback links and the class build's html.baseurl point:
+    student_book_url, else the student repository's Pages site, else nowhere
+    (the open edition's address then stays the feedback's)."""
+    from course_lib.grading.editions.launch import (
+        LaunchSettingsError,
+        book_page_url,
+        class_book_url,
+        feedback_settings,
+        pages_url,
+    )
+
+    assert pages_url(STUDENT_URL) == STUDENT_PAGES
+    assert pages_url("https://github.com/PE-Class/pe-class.github.io") == (
+        "https://pe-class.github.io/"
+    )  # a user or organization site
+    with_repo = _settings(student_repository=STUDENT_URL)
+    assert class_book_url(with_repo) == STUDENT_PAGES
+    assert book_page_url(feedback_settings(with_repo), "book/05-alibi", "x") == (
+        f"{STUDENT_PAGES}book/05-alibi.html#x"
+    )
+    own = _settings(
+        student_repository=STUDENT_URL, student_book_url="https://pe.example.edu/book"
+    )
+    assert class_book_url(own) == "https://pe.example.edu/book/"
+    assert feedback_settings(own).book_url == "https://pe.example.edu/book/"
+    only_url = _settings(student_book_url="https://pe.example.edu/book/")
+    assert feedback_settings(only_url).book_url == "https://pe.example.edu/book/"
+    assert feedback_settings(only_url).repository == INSTRUCTOR_URL  # no buttons moved
+    neither = _settings()
+    assert class_book_url(neither) == "" and feedback_settings(neither) == neither
+    assert book_page_url(neither, "book/intro") == (
+        "https://positional-encodings-course.github.io/course/book/intro.html"
+    )
+    with pytest.raises(LaunchSettingsError, match="student_book_url"):
+        _settings(student_book_url="pe.example.edu/book")
+
+
+def test_class_links_move_to_the_student_repository() -> None:
+    from course_lib.grading.editions.launch import (
+        class_settings,
+        rehome_links,
+        rehome_url,
+    )
+
+    settings = _settings(student_repository=STUDENT_URL, student_branch="term")
+    launch = class_settings(settings)
+    path = "notebooks/ex05_alibi/ex05_alibi.ipynb"
+    moved = {
+        f"{INSTRUCTOR_URL}/blob/main/{path}": f"{STUDENT_URL}/blob/term/{path}",
+        f"{INSTRUCTOR_URL}/tree/main/notebooks": f"{STUDENT_URL}/tree/term/notebooks",
+        "https://colab.research.google.com/github/positional-encodings-course/course/"
+        f"blob/main/{path}": "https://colab.research.google.com/github/"
+        f"{STUDENT_ORG}/{STUDENT_REPO}/blob/term/{path}",
+        "https://mybinder.org/v2/gh/positional-encodings-course/course/main?urlpath=x": f"https://mybinder.org/v2/gh/{STUDENT_ORG}/{STUDENT_REPO}/term?urlpath=x",
+        "https://raw.githubusercontent.com/positional-encodings-course/course/main/"
+        "dist/a.whl": f"https://raw.githubusercontent.com/{STUDENT_ORG}/"
+        f"{STUDENT_REPO}/term/dist/a.whl",
+    }
+    for old, new in moved.items():
+        assert rehome_url(old, settings, launch) == new
+    kept = [
+        f"{INSTRUCTOR_URL}/blob/other-branch/{path}",  # not the course's branch
+        "https://github.com/someone/else/blob/main/x.py",
+        f"{INSTRUCTOR_URL}/issues",
+        "https://arxiv.org/abs/2108.12409",
+    ]
+    for url in kept:
+        assert rehome_url(url, settings, launch) == url
+    text = f"[read it]({INSTRUCTOR_URL}/blob/main/{path}). See https://arxiv.org/x."
+    assert rehome_links(text, settings, launch) == (
+        f"[read it]({STUDENT_URL}/blob/term/{path}). See https://arxiv.org/x."
+    )
+
+
 # --- slow: the real tree --------------------------------------------------------------
 
 
