@@ -184,6 +184,7 @@ def test_public_catches_name_the_weight_conversion_mistakes() -> None:
         "weights_head_dim_from_width",
         "weights_in_place",
         "weights_float32",
+        "weights_through_numpy",
     }
 
 

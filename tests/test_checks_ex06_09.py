@@ -236,7 +236,7 @@ def test_student_exceptions_become_messages_not_tracebacks() -> None:
 
 def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
     """A function special-cased to the public inputs passes check_ but not grade_."""
-    public = {(q, k, d, m) for _, _, _, q, k, d, m in g06._SHAW_PUBLIC}
+    public = {(q, k, d, m) for _, _, _, q, k, d, m, *_dtype in g06._SHAW_PUBLIC}
 
     def memorised(q, k, v, a_k, a_v, max_distance):
         if (q.shape[2], k.shape[2], q.shape[3], max_distance) in public:

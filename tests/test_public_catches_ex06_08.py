@@ -21,8 +21,9 @@ from course_lib.checks import ex08_da as g08
 
 PUBLIC_CATCHES = {
     # Every mistake public: equal lengths with keys beyond the clip, a key/value
-    # cache (queries last) and a clip wider than the sequence.
+    # cache (queries last), a clip wider than the sequence, and float64 inputs.
     "shaw_relative_attention": (g06, z06, {
+        "shaw_bins_default_dtype",
         "shaw_clip_off_by_one", "shaw_half_precision", "shaw_no_value_term",
         "shaw_output_only", "shaw_position_unscaled", "shaw_queries_first",
         "shaw_query_minus_key", "shaw_softmax_over_queries",
@@ -58,8 +59,9 @@ PUBLIC_CATCHES = {
         "rescale_clamped_at_one", "rescale_distance_clipped",
     }),
     # Every mistake public: a cache (L_q < L_k), causal cases with and without one,
-    # and values of another width.
+    # values of another width, and a negative w.
     "da_attention": (g08, z08, {
+        "attention_rescale_clamped",
         "attention_causal", "attention_ignores_causal", "attention_mask_before_relu",
         "attention_mask_ignores_cache", "attention_no_relu", "attention_no_rescale",
         "attention_not_scaled", "attention_output_only", "attention_queries_first",

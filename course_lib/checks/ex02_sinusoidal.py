@@ -255,6 +255,11 @@ _PUBLIC_MASKS = [
     [[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]],
     [[1, 0, 1, 1, 0], [0, 1, 0, 1, 1]],  # padding between real tokens
 ]
+_PUBLIC_TYPED_MASKS = [
+    torch.tensor([[False, False, True, True, True, True], [True, True, True, False,
+                                                           False, False]]),
+    torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.int32),
+]
 
 
 def _hidden_masks() -> list[torch.Tensor]:
@@ -286,7 +291,8 @@ def _check_position_ids(position_ids_from_attention_mask: Callable,
     mistakes = [m for m in _padding_mistakes(mask)
                 if not torch.equal(m.answer, expected)]
     rows = mask.long().tolist() if mask.dtype != torch.bool else mask.tolist()
-    call = f"position_ids_from_attention_mask(torch.tensor({rows}))"
+    dtype = "" if mask.dtype in (torch.long, torch.bool) else f", dtype={mask.dtype}"
+    call = f"position_ids_from_attention_mask(torch.tensor({rows}{dtype}))"
     got = call_student(position_ids_from_attention_mask, mask.clone(), call=call)
     expect_equal(got, expected, what=call, mistakes=mistakes)
 
@@ -294,17 +300,20 @@ def _check_position_ids(position_ids_from_attention_mask: Callable,
 def _public_position_ids_from_attention_mask(
     position_ids_from_attention_mask: Callable,
 ) -> None:
-    """Public cases: a left- and right-padded batch, a batch of left padding, and
-    padding between real tokens."""
+    """Public cases: a left- and right-padded batch, a batch of left padding,
+    padding between real tokens, a bool and an int32 mask."""
     for rows in _PUBLIC_MASKS:
         _check_position_ids(position_ids_from_attention_mask, torch.tensor(rows))
+    # Tokenizers and pipelines hand over bool and int32 masks too.
+    for mask in _PUBLIC_TYPED_MASKS:
+        _check_position_ids(position_ids_from_attention_mask, mask)
 
 
 def check_position_ids_from_attention_mask(
     position_ids_from_attention_mask: Callable,
 ) -> None:
-    """Public check: a left- and right-padded batch, a batch of left padding, and
-    padding between real tokens."""
+    """Public check: a left- and right-padded batch, a batch of left padding,
+    padding between real tokens, a bool and an int32 mask."""
     _public_position_ids_from_attention_mask(position_ids_from_attention_mask)
     passed("position_ids_from_attention_mask", public=True)
 

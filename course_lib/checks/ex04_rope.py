@@ -300,8 +300,8 @@ def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int) -> No
 
 
 def _public_apply_rope(apply_rope: Callable) -> None:
-    """Public cases: a (batch, heads, seq, d) tensor, an offset, far positions, the
-    properties."""
+    """Public cases: a (batch, heads, seq, d) tensor, an offset, far positions,
+    float64, the properties."""
     x, pos = _rope_input(0, (2, 3, 5, 8), torch.arange(5))
     _check_rope(apply_rope, x, pos)
     x, pos = _rope_input(1, (4, 6), torch.arange(10, 14))
@@ -312,12 +312,15 @@ def _public_apply_rope(apply_rope: Callable) -> None:
     x, pos = _rope_input(18, (2, 3, 8, 8), torch.tensor(
         [1000, 1001, 2047, 2048, 2049, 4095, 4096, 5000]))
     _check_rope(apply_rope, x, pos, atol=2e-3, rtol=1e-3)
+    # float64 queries (the answer keeps the dtype of x)
+    x, pos = _rope_input(20, (2, 5, 6), torch.arange(3, 8), torch.float64)
+    _check_rope(apply_rope, x, pos)
     _check_rope_properties(apply_rope, 2, 8)
 
 
 def check_apply_rope(apply_rope: Callable) -> None:
-    """Public check: a (batch, heads, seq, d) tensor, an offset, far positions, the
-    properties."""
+    """Public check: a (batch, heads, seq, d) tensor, an offset, far positions,
+    float64, the properties."""
     _public_apply_rope(apply_rope)
     passed("apply_rope", public=True)
 
@@ -428,8 +431,10 @@ def _check_weights(fn: Callable, w: torch.Tensor, n_heads: int) -> torch.Tensor:
     expected = _ref_interleaved_to_half_weights(w, n_heads)
     mistakes = _known(expected, _weight_mistakes(w, n_heads))
     kind = "bias" if w.dim() == 1 else "weight"
+    name = str(w.dtype).removeprefix("torch.")
+    dtype = "" if w.dtype == torch.float32 else f", {name}"
     call = (f"interleaved_to_half_weights(w, {n_heads}) with a {kind} w of shape "
-            f"{tuple(w.shape)} ({n_heads} heads of {head_dim} rows)")
+            f"{tuple(w.shape)} ({n_heads} heads of {head_dim} rows{dtype})")
     got = call_student(fn, w, n_heads, call=call)
     # a conversion only moves numbers: every entry must be exact
     expect_close(got, expected, what=call, atol=0.0, rtol=0.0, mistakes=mistakes)
@@ -480,17 +485,20 @@ def _check_weights_property(fn: Callable, seed: int, n_heads: int, head_dim: int
 
 
 def _public_interleaved_to_half_weights(fn: Callable) -> None:
-    """Public cases: a square query weight, a bias, a grouped-query key weight, and
-    the scores of a converted layer."""
+    """Public cases: a square query weight, a bias, a grouped-query key weight, a
+    bfloat16 weight, a float64 bias, and the scores of a converted layer."""
     _check_weights(fn, _weight_input(0, (16, 16)), 2)  # W_q: 2 heads of 8, d_model 16
     _check_weights(fn, _weight_input(1, (16,)), 2)  # its bias
     _check_weights(fn, _weight_input(2, (16, 32)), 2)  # W_k: 2 KV heads, d_model 32
+    # checkpoints are stored in bfloat16 (most) or float64: the dtype is kept
+    _check_weights(fn, _weight_input(4, (24, 8), torch.bfloat16), 3)
+    _check_weights(fn, _weight_input(5, (12,), torch.float64), 2)
     _check_weights_property(fn, 3, 2, 8, 16)
 
 
 def check_interleaved_to_half_weights(interleaved_to_half_weights: Callable) -> None:
-    """Public check: a square query weight, a bias, a grouped-query key weight, and
-    the scores of a converted layer."""
+    """Public check: a square query weight, a bias, a grouped-query key weight, a
+    bfloat16 weight, a float64 bias, and the scores of a converted layer."""
     _public_interleaved_to_half_weights(interleaved_to_half_weights)
     passed("interleaved_to_half_weights", public=True)
 

@@ -198,17 +198,19 @@ def _check_shaw_case(fn, q, k, v, a_k, a_v, max_distance: int) -> None:
 
 # (seed, batch, heads, q_len, k_len, head_dim, max_distance): equal lengths with keys
 # beyond the clip on both sides; a key/value cache (3 queries, the last of 9 keys);
-# a clip wider than the sequence (every row its own distance, no clipping).
+# a clip wider than the sequence (every row its own distance, no clipping); float64
+# inputs (a buffer made with the default dtype, float32, cannot take them).
 _SHAW_PUBLIC = [
     (61, 2, 3, 7, 7, 8, 2),
     (62, 1, 2, 3, 9, 4, 3),
     (63, 1, 1, 5, 5, 6, 6),
+    (60, 1, 2, 4, 6, 4, 2, torch.float64),
 ]
 
 
 def check_shaw_relative_attention(fn) -> None:
     """Public check of ``shaw_relative_attention(q, k, v, a_k, a_v, max_distance)``:
-    equal lengths, a key/value cache and a clip wider than the sequence."""
+    equal lengths, a key/value cache, a clip wider than the sequence, float64."""
     for case in _SHAW_PUBLIC:
         _check_shaw_case(fn, *_shaw_case(*case))
     passed("shaw_relative_attention", public=True)

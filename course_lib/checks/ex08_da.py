@@ -417,7 +417,7 @@ def _random_case(
 
 def check_da_attention(fn) -> None:
     """Public check of ``da_attention(q, k, v, w, v_bias, causal=False)``: equal
-    lengths, a key/value cache (queries last) and the causal mask."""
+    lengths, a key/value cache (queries last), the causal mask and a negative w."""
     gen = torch.Generator().manual_seed(82)
     _check_attention_case(fn, *_random_case(gen, 2, 2, 5, 8))
     _check_attention_case(fn, *_random_case(gen, 1, 3, 7, 4))
@@ -425,6 +425,8 @@ def check_da_attention(fn) -> None:
     _check_attention_case(fn, *_random_case(gen, 1, 2, 3, 4, v_dim=6, k_len=7))
     _check_attention_case(fn, *_random_case(gen, 2, 2, 5, 8), causal=True)
     _check_attention_case(fn, *_random_case(gen, 1, 2, 2, 4, k_len=6), causal=True)
+    # negative w: R_hat falls below 1 with the distance (far keys are damped)
+    _check_attention_case(fn, *_random_case(gen, 1, 2, 6, 4, w_sign=-1.0))
     passed("da_attention", public=True)
 
 

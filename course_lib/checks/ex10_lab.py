@@ -332,10 +332,21 @@ def _public_retained(fn: Callable) -> None:
     ]
     _check_retained(fn, rows, "copy", "alibi", 1 / 16)
     _check_retained(fn, rows, "copy", "learned", 1 / 16)
+    # A summary in no particular order (a(L) is the shortest length's accuracy, not
+    # the first row's), and a method not above chance at L (the ratio is nan).
+    mixed = [
+        {"task": "copy", "method": m, "length": n, "mean": a}
+        for m, n, a in (("rope", 64, 0.3), ("nope", 32, 0.05), ("rope", 16, 0.85),
+                        ("nope", 16, 0.0625), ("rope", 128, 0.1), ("rope", 32, 0.6),
+                        ("nope", 64, 0.07))
+    ]
+    _check_retained(fn, mixed, "copy", "rope", 1 / 16)
+    _check_retained(fn, mixed, "copy", "nope", 1 / 16)
 
 
 def check_retained_skill(retained_skill: Callable) -> None:
-    """Public check: a small hand-made summary of two methods."""
+    """Public check: a small hand-made summary of two methods, a summary in no
+    particular order, and a method not above chance at the training length."""
     _public_retained(retained_skill)
     passed("retained_skill", public=True)
 

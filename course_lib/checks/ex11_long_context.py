@@ -320,13 +320,25 @@ def _attention_mistakes(factor: float, mscale: float | None,
                 "below-one-not-clamped",
             )
         )
-    if mscale and not mscale_all_dim:
+    if mscale and mscale_all_dim is None:
         out.append(
             Mistake(
                 get(mscale),
                 "with mscale alone (no mscale_all_dim) the factor is the plain "
                 "0.1 ln(s) + 1: Hugging Face uses the scales only when both are given",
                 "mscale-alone-used",
+            )
+        )
+    if (mscale is not None and mscale_all_dim is not None
+            and not (mscale and mscale_all_dim)):
+        zero = "mscale" if not mscale else "mscale_all_dim"
+        out.append(
+            Mistake(
+                get(mscale) / get(mscale_all_dim),
+                f"{zero} = 0 was used as a scale; a scale of 0 counts as not given "
+                "(DeepSeek's code defaults mscale_all_dim to 0): reread part 2 of "
+                "the exercise on which scales Hugging Face's rule uses",
+                "zero-scale-used",
             )
         )
     if mscale and mscale_all_dim:
@@ -380,6 +392,7 @@ _ATTENTION_PUBLIC = (
     (16.0, 1.2, 0.707),
     (40.0, 1.0, 1.0),  # DeepSeek-V3's config
     (4.0, 0.5, None),  # one scale alone is ignored, as in Hugging Face
+    (4.0, 0.707, 0.0),  # a zero scale is not given (DeepSeek's default mscale_all_dim)
 )
 _ATTENTION_HIDDEN = (
     (1.0, None, None),
@@ -394,13 +407,13 @@ _ATTENTION_HIDDEN = (
 
 def _public_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
     """Public cases: s = 4 and 32, a factor below 1, a DeepSeek-style pair of scales,
-    DeepSeek-V3's equal ones, and one scale alone."""
+    DeepSeek-V3's equal ones, one scale alone, and a zero scale."""
     for case in _ATTENTION_PUBLIC:
         _check_attention(yarn_attention_factor, *case)
 
 
 def check_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
-    """Public check: six factors and scale settings."""
+    """Public check: seven factors and scale settings."""
     _public_yarn_attention_factor(yarn_attention_factor)
     passed("yarn_attention_factor", public=True)
 

@@ -219,6 +219,12 @@ def ids_into_the_mask(mask):
     return mask.copy_(ids)
 
 
+def ids_one_minus_mask(mask):
+    """1 - mask marks the padding: torch refuses to subtract a bool tensor, so a bool
+    mask raises (issue 33: once caught by the hidden grader only)."""
+    return (mask.cumsum(-1) - 1).masked_fill((1 - mask).bool(), 0)
+
+
 def ids_int8(mask):
     """Right ids for short rows, but int8 wraps around beyond 127 tokens."""
     return ids_cumsum(mask).to(torch.int8)
@@ -254,6 +260,8 @@ WRONG = {
         (ids_since_first_real_token, "padding in between included", True),
         (ids_into_the_mask, "changed its input mask in place", True),
         (ids_int8, "should be a torch.long tensor, got torch.int8", True),
+        (ids_one_minus_mask, "True, False, False, False]])) raised RuntimeError",
+         True),
     ],
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 import course_lib
@@ -231,6 +232,15 @@ def weights_float32(w, n_heads):
     return weights_index_rows(w.float(), n_heads)
 
 
+def weights_through_numpy(w, n_heads):
+    """Right rows, through NumPy: NumPy has no bfloat16, so a bfloat16 checkpoint
+    raises (issue 33: once caught by the hidden grader only)."""
+    head_dim = w.shape[0] // n_heads
+    within = np.concatenate([np.arange(0, head_dim, 2), np.arange(1, head_dim, 2)])
+    rows = (np.arange(n_heads)[:, None] * head_dim + within).reshape(-1)
+    return torch.from_numpy(w.numpy()[rows].copy())
+
+
 # --- calls the library
 
 
@@ -290,6 +300,12 @@ def rope_bfloat16_positions(x, positions):
     return rope_float32_recipe(x, positions.to(torch.bfloat16).long())
 
 
+def rope_float32_always(x, positions):
+    """Right values, but x.float() first: a float64 x comes back float32 (issue 33:
+    once caught by the hidden grader only)."""
+    return rope_float32_recipe(x.float(), positions)
+
+
 def rope_cache_of_2048(x, positions):
     """Angles cached for 2048 positions and looked up (wraps around beyond)."""
     d = x.shape[-1]
@@ -338,6 +354,8 @@ WRONG = {
         (rope_bfloat16_positions, "4095, 4096, 5000] has", True),
         (rope_cache_of_2048, "4095, 4096, 5000] has", True),
         (rope_shifts_positions, "changed its input positions in place", True),
+        (rope_float32_always, "instead of torch.float64; the task asks for the dtype "
+                              "of x", True),
     ],
     "interleaved_to_half_weights": [
         (weights_whole_matrix, "instead of inside each head", True),
@@ -348,6 +366,7 @@ WRONG = {
          True),
         (weights_in_place, "changed its input w in place", True),
         (weights_float32, "a converted checkpoint keeps the dtype", True),
+        (weights_through_numpy, "rows, bfloat16) raised TypeError", True),
     ],
 }
 

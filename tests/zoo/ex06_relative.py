@@ -128,6 +128,16 @@ def shaw_half_precision(q, k, v, a_k, a_v, max_distance):
     return out, weights
 
 
+def shaw_bins_default_dtype(q, k, v, a_k, a_v, max_distance):
+    """The per-row sums start from torch.zeros without a dtype (float32): scatter_add
+    refuses float64 weights (issue 33: once caught by the hidden grader only)."""
+    batch, heads, q_len, _ = q.shape
+    idx = _rows(q_len, k.shape[2], max_distance).expand(batch, heads, q_len, -1)
+    out, weights = _shaw(q, k, v, a_k, a_v, max_distance, value_term=False)
+    bins = torch.zeros(batch, heads, q_len, a_v.shape[0])  # float32, whatever q is
+    return out + bins.scatter_add(-1, idx, weights) @ a_v, weights
+
+
 def shaw_calls_library(q, k, v, a_k, a_v, max_distance):
     return course_lib.shaw_relative_attention(q, k, v, a_k, a_v, max_distance)
 
@@ -352,6 +362,7 @@ WRONG = {
         (shaw_clip_off_by_one, "clipped at +-(max_distance - 1)", True),
         (shaw_output_only, "should return a pair (out, weights)", True),
         (shaw_half_precision, "too coarse", True),
+        (shaw_bins_default_dtype, "float64 raised RuntimeError", True),
     ],
     "t5_relative_position_bucket": [
         (bucket_sign_flipped, "buckets of query - key", True),

@@ -191,6 +191,19 @@ def attention_output_only(q, k, v, w, v_bias):
     return attention_plain(q, k, v, w, v_bias)[0]
 
 
+def attention_rescale_clamped(q, k, v, w, v_bias, causal=False):
+    """R_hat clamped at 1 ("between 1 and 1 + e^v"): right only for w >= 0 (issue 33:
+    once caught by the hidden grader only)."""
+    q_len, k_len = q.shape[2], k.shape[2]
+    r_hat = _stable(_distance(q_len, k_len), w[:, None, None], v_bias[:, None, None])
+    scores = torch.relu(q @ k.transpose(-1, -2)) * r_hat.clamp(min=1.0)
+    scores = scores / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(_future(q_len, k_len), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 def attention_scaled_by_value_width(q, k, v, w, v_bias, causal=False):
     """Divides by sqrt of the VALUE width: right only when it equals head_dim."""
     q_len, k_len = q.shape[2], k.shape[2]
@@ -317,6 +330,7 @@ WRONG = {
         (attention_mask_ignores_cache, "the causal mask ignores the cache", True),
         (attention_mask_before_relu, "the mask is applied before the ReLU", True),
         (attention_ignores_causal, "keys after their query are not masked", True),
+        (attention_rescale_clamped, "R_hat is not applied", True),
     ],
 }
 

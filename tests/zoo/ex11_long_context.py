@@ -268,6 +268,18 @@ def attention_mscale_alone(factor, mscale=None, mscale_all_dim=None):
     return attention_formula(factor, mscale, mscale_all_dim)
 
 
+def attention_is_not_none(factor, mscale=None, mscale_all_dim=None):
+    """Tests the scales with `is not None`: a zero mscale_all_dim (DeepSeek's default)
+    is used as a scale (issue 33: once caught by the hidden grader only, and there
+    only by chance)."""
+    if mscale is not None and mscale_all_dim is not None:
+        def get(m):
+            return 0.1 * m * math.log(factor) + 1 if factor > 1 else 1.0
+
+        return get(mscale) / get(mscale_all_dim)
+    return attention_formula(factor)
+
+
 # --- llama3_scaled_frequencies: correct
 
 
@@ -459,6 +471,7 @@ WRONG = {
         (attention_numerator_only, "mscale_all_dim is ignored", True),
         (attention_product, "the two factors are multiplied", True),
         (attention_mscale_alone, "with mscale alone", True),
+        (attention_is_not_none, "a scale of 0 counts as not given", True),
     ],
     "llama3_scaled_frequencies": [
         (bands_on_frequency, "the bands are drawn on the frequency theta", True),
