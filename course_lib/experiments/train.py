@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from .._validate import fail, require_int, require_positive_int
 from ..rope import RotaryEmbedding
+from ..rope_scaling import yarn_attention_factor
 from .model import CUSTOM, METHOD_LABELS, METHODS, ModelConfig, TinyTransformer
 from .tasks import TASKS
 
@@ -54,12 +55,17 @@ __all__ = [
     "RESULTS_PATH",
     "ROPE_EXTENSIONS",
     "LabConfig",
+    "TemperedRotary",
     "canary",
     "canary_matches",
     "chance_level",
     "code_version",
     "evaluate",
+    "EQUIVALENCE_MARGIN",
+    "compare_paired",
+    "equivalence_verdict",
     "evaluate_sequences",
+    "extension_rotary",
     "format_table",
     "lab_interval",
     "load_results",
@@ -67,7 +73,10 @@ __all__ = [
     "extrapolation_category",
     "mean_ci",
     "order_pairs",
+    "paired_difference",
     "rope_turning_pairs",
+    "rope_turns",
+    "rerun_rope_extensions",
     "row_index",
     "run_lab",
     "save_results",
@@ -79,15 +88,105 @@ __all__ = [
     "test_set",
     "train_run",
     "trajectory",
+    "variant_runs",
+    "yarn_betas",
 ]
 
 ROPE_EXTENSIONS: dict[str, dict[str, Any]] = {
     "pi": {"method": "linear"},
-    "yarn": {"method": "yarn"},
+    "pi+t": {"method": "linear", "temperature": True},
+    "ramp": {"method": "yarn", "alpha": 1.0, "attention_factor": 1.0},
+    "yarn": {"method": "yarn", "alpha": 1.0},
+    "yarn a=1/4": {"method": "yarn", "alpha": 0.25},
 }
 """Inference-only context extensions applied to every trained RoPE model at the
-lengths past ``L``: position interpolation (Chen et al. 2023) and YaRN (Peng et al.
-2023), with factor ``s = n / L`` (``course_lib.rope_scaling``)."""
+lengths past ``L``, with factor ``s = n / L`` (``course_lib.rope_scaling``):
+
+* ``pi``: position interpolation (Chen et al. 2023), every pair divided by ``s``;
+* ``pi+t``: PI with YaRN's temperature (attention factor ``0.1 ln s + 1``) and no
+  ramp;
+* ``ramp``: YaRN's ramp with no temperature (attention factor 1);
+* ``yarn``: ramp and temperature (Peng et al. 2023), the ramp's ends set from the
+  turn counts at ``L`` by :func:`yarn_betas` with ``alpha = 1``;
+* ``yarn a=1/4``: the same with the slow end at a quarter of a turn.
+
+``pi``, ``pi+t``, ``ramp`` and ``yarn`` are the 2 x 2 ablation that separates the
+temperature from the ramp. A spec is turned into a rotary module by
+:func:`extension_rotary`."""
+
+
+def rope_turns(head_dim: int, length: int, *, base: float = 10000.0) -> list[float]:
+    """Turns of every RoPE pair over ``length`` tokens: ``r_i = length theta_i / 2 pi``.
+
+    ``theta_i = base^(-2i/d)``, so pair 0 turns ``length / 2 pi`` times, the most any
+    pair can (YaRN's ``beta_fast`` and ``beta_slow`` are counts of these turns).
+
+    >>> [round(r, 3) for r in rope_turns(16, 16)[:3]]  # the lab: d = 16, L = 16
+    [2.546, 0.805, 0.255]
+    """
+    return [length * base ** (-2 * i / head_dim) / (2 * math.pi)
+            for i in range(head_dim // 2)]
+
+
+def yarn_betas(train_length: int, alpha: float = 1.0) -> dict[str, float]:
+    """YaRN's ramp ends set from the turn counts at the training length.
+
+    Peng et al. (2023, section 3.2) keep the pairs that turn more than ``beta`` times
+    in ``L`` and interpolate those that turn fewer than ``alpha`` times, and tune the
+    two per model (``alpha = 1``, ``beta = 32`` for LLaMA, whose fastest pair turns
+    ``4096 / 2 pi`` = 652 times). At ``L`` = 16 no pair turns 32 times (at most
+    ``L / 2 pi`` = 2.5), so the lab sets the kept end at the fastest pair,
+    ``beta_fast = L / 2 pi`` (at least ``2 alpha``, so the ramp has a width), and
+    the interpolated end at ``beta_slow = alpha`` turns.
+
+    >>> {k: round(v, 3) for k, v in yarn_betas(16).items()}
+    {'beta_fast': 2.546, 'beta_slow': 1.0}
+    """
+    if not alpha > 0:
+        fail("yarn_betas", f"alpha must be a positive number of turns, got {alpha!r}")
+    return {"beta_fast": max(train_length / (2 * math.pi), 2 * alpha),
+            "beta_slow": float(alpha)}
+
+
+class TemperedRotary(RotaryEmbedding):
+    """A :class:`~course_lib.rope.RotaryEmbedding` whose cos and sin tables are also
+    multiplied by ``extra`` (so the logits by ``extra ** 2``): position interpolation
+    with YaRN's temperature, one cell of the ablation of :data:`ROPE_EXTENSIONS`."""
+
+    def __init__(self, *args: Any, extra: float, **kwargs: Any) -> None:
+        self.extra = float(extra)
+        super().__init__(*args, **kwargs)
+
+    def _scaled(self, scaling: dict, seq_len: int | None) -> tuple[torch.Tensor, float]:
+        inv_freq, attention = super()._scaled(scaling, seq_len)
+        return inv_freq, attention * self.extra
+
+
+def extension_rotary(head_dim: int, spec: dict[str, Any], *, factor: float,
+                     train_length: int, base: float = 10000.0,
+                     max_seq_len: int | None = None) -> RotaryEmbedding:
+    """The rotary module of one context extension (a value of :data:`ROPE_EXTENSIONS`).
+
+    ``spec["method"]`` is a :func:`course_lib.rope_scaling.rope_scaled_frequencies`
+    method; for ``"yarn"`` the ramp's ends come from :func:`yarn_betas` with
+    ``spec["alpha"]`` (and ``attention_factor`` is passed on when given);
+    ``temperature=True`` multiplies the tables by YaRN's attention factor at
+    ``factor`` (:class:`TemperedRotary`).
+    """
+    spec = dict(spec)
+    temperature = spec.pop("temperature", False)
+    alpha = spec.pop("alpha", None)
+    scaling: dict[str, Any] = {**spec, "factor": factor}
+    if spec["method"] != "linear":
+        scaling["original_max_position"] = train_length
+    if spec["method"] == "yarn":
+        scaling.update(yarn_betas(train_length, 1.0 if alpha is None else alpha))
+    n = train_length if max_seq_len is None else max_seq_len
+    if temperature:
+        return TemperedRotary(head_dim, base=base, max_seq_len=n, scaling=scaling,
+                              extra=yarn_attention_factor(factor))
+    return RotaryEmbedding(head_dim, base=base, max_seq_len=n, scaling=scaling)
+
 
 _ROOT = Path(__file__).resolve().parents[2]
 RESULTS_PATH = Path(__file__).resolve().parents[1] / "data" / "lab_results.json"
@@ -428,11 +527,9 @@ def train_run(
             for n in cfg.lengths:
                 if n <= cfg.train_length:
                     continue
-                model.shared["rope"] = RotaryEmbedding(
-                    head_dim, base=base, max_seq_len=n,
-                    scaling={**scaling, "factor": n / cfg.train_length,
-                             "original_max_position": cfg.train_length},
-                )
+                model.shared["rope"] = extension_rotary(
+                    head_dim, scaling, factor=n / cfg.train_length,
+                    train_length=cfg.train_length, base=base, max_seq_len=n)
                 r, scored = evaluate_sequences(
                     model, task, n, n_sequences=cfg.eval_sequences,
                     seed=cfg.eval_seed)
@@ -613,6 +710,171 @@ def lab_interval(
     half = math.hypot(seed_half, test_half)
     return {"mean": mean, "low": max(0.0, mean - half), "high": min(1.0, mean + half),
             "seed_half": seed_half, "test_half": test_half}
+
+
+EQUIVALENCE_MARGIN = 0.05
+"""Chapter 10's equivalence margin: two accuracies whose paired difference has its
+whole 95 % interval inside ``(-0.05, 0.05)`` count as equivalent (five points of
+accuracy; fixed before the verdicts were computed)."""
+
+
+def paired_difference(
+    rights_a: Sequence[Sequence[int]],
+    scored_a: Sequence[int],
+    rights_b: Sequence[Sequence[int]],
+    scored_b: Sequence[int] | None = None,
+    confidence: float = 0.95,
+    *,
+    n_boot: int = 2000,
+    boot_seed: int = 0,
+) -> dict[str, float]:
+    """Mean paired difference of accuracies ``a - b`` and its interval.
+
+    ``rights_a[i][j]`` is what seed ``i`` of ``a`` got right on test sequence ``j``
+    (of ``scored_a[j]`` scored positions), likewise for ``b``; seed ``i`` of ``a`` is
+    paired with seed ``i`` of ``b`` (same seed: the same training data and initial
+    weights where the two share an architecture). The estimate is
+    ``D = mean_i (a_i - b_i)``, with two half-widths:
+
+    * seeds: ``t_{(1+c)/2, n-1} s_d / sqrt(n)``, ``s_d`` the standard deviation of
+      the per-seed differences (what pairing buys: the seed effect common to both
+      cancels);
+    * test sequences: ``z_{(1+c)/2}`` times the standard deviation of ``D`` over
+      ``n_boot`` bootstrap resamples. ``scored_b=None``: ``a`` and ``b`` were scored
+      on the *same* test sequences (two methods at one length), resampled jointly;
+      otherwise on two test sets (one model at two lengths), resampled
+      independently;
+
+    combined as ``sqrt(h_seed^2 + h_test^2)`` (as :func:`lab_interval`).
+
+    Returns:
+        ``{"diff", "low", "high", "seed_half", "test_half", "n"}``.
+
+    >>> d = paired_difference([[1, 1], [1, 0]], [1, 1], [[0, 1], [0, 0]])
+    >>> d["diff"], d["seed_half"]  # per-seed differences 0.5 and 0.5
+    (0.5, 0.0)
+    """
+    fn = "paired_difference"
+    if not 0 < confidence < 1:
+        fail(fn, f"confidence must be in (0, 1), got {confidence!r}")
+
+    def arrays(rights: Sequence[Sequence[int]], scored: Sequence[int], name: str
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        r = torch.as_tensor([list(x) for x in rights], dtype=torch.float64)
+        tot = torch.as_tensor(list(scored), dtype=torch.float64)
+        if (r.ndim != 2 or r.shape[0] == 0 or r.shape[1] != tot.shape[0]
+                or not len(tot) or not float(tot.sum()) > 0):
+            fail(fn, f"rights_{name} must be seeds x sequences matching scored, got "
+                     f"{tuple(r.shape)} and {tuple(tot.shape)}")
+        if bool((r < 0).any()) or bool((r > tot).any()):
+            fail(fn, f"every right count of {name} must lie in 0..scored")
+        return r, tot
+
+    ra, ta = arrays(rights_a, scored_a, "a")
+    rb, tb = arrays(rights_b, scored_a if scored_b is None else scored_b, "b")
+    if ra.shape[0] != rb.shape[0]:
+        fail(fn, f"a and b must have the same seeds (paired), got {ra.shape[0]} and "
+                 f"{rb.shape[0]}")
+    d = ra.sum(dim=1) / ta.sum() - rb.sum(dim=1) / tb.sum()  # (n,)
+    n = d.shape[0]
+    seed_half = 0.0
+    if n > 1:
+        seed_half = (t_quantile((1 + confidence) / 2, n - 1)
+                     * float(d.std(unbiased=True)) / math.sqrt(n))
+    g = torch.Generator().manual_seed(boot_seed)
+    ia = torch.randint(0, ta.shape[0], (n_boot, ta.shape[0]), generator=g)
+    ib = ia if scored_b is None else torch.randint(0, tb.shape[0],
+                                                   (n_boot, tb.shape[0]), generator=g)
+    boot = ((ra[:, ia].sum(dim=2) / ta[ia].sum(dim=1))
+            - (rb[:, ib].sum(dim=2) / tb[ib].sum(dim=1))).mean(dim=0)  # (n_boot,)
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    test_half = z * float(boot.std(unbiased=True))
+    half = math.hypot(seed_half, test_half)
+    diff = float(d.mean())
+    return {"diff": diff, "low": diff - half, "high": diff + half,
+            "seed_half": seed_half, "test_half": test_half, "n": n}
+
+
+def equivalence_verdict(d: dict[str, float], margin: float = EQUIVALENCE_MARGIN
+                        ) -> str:
+    """The verdict of a paired difference ``d`` (``{"low", "high"}``) with a margin.
+
+    ``"equivalent"``: the whole interval lies inside ``(-margin, margin)`` (any
+    difference is smaller than the margin, even if the interval excludes 0);
+    ``"higher"`` / ``"lower"``: the interval lies above / below 0 and reaches past
+    the margin; ``"undecided"``: it contains 0 and reaches past the margin (neither
+    a difference nor an equivalence is shown).
+
+    >>> equivalence_verdict({"low": -0.02, "high": 0.03})
+    'equivalent'
+    >>> equivalence_verdict({"low": 0.01, "high": 0.2})
+    'higher'
+    >>> equivalence_verdict({"low": -0.01, "high": 0.2})
+    'undecided'
+    """
+    if not margin > 0:
+        fail("equivalence_verdict", f"margin must be positive, got {margin!r}")
+    if d["low"] > d["high"]:
+        fail("equivalence_verdict", f"low must not exceed high, got {d}")
+    if -margin < d["low"] and d["high"] < margin:
+        return "equivalent"
+    if d["low"] > 0:
+        return "higher"
+    if d["high"] < 0:
+        return "lower"
+    return "undecided"
+
+
+def variant_runs(results: dict[str, Any], task: str, variant: str
+                 ) -> list[dict[str, Any]]:
+    """The runs of one method or RoPE variant on ``task``, ordered by seed.
+
+    ``variant``: a method of the main comparison (``"alibi"``, ...), ``"base B"``
+    (RoPE trained with base ``B``; ``"base 10000"`` is the main RoPE run) or
+    ``"base B + E"`` (that model run with the extension ``E`` of
+    :data:`ROPE_EXTENSIONS` past ``L``). Each run has ``accuracy`` and ``right``.
+    """
+    base, _, ext = variant.partition(" + ")
+    if not base.startswith("base "):
+        runs = [r for r in results["runs"]
+                if (r["task"], r["method"]) == (task, variant)]
+    else:
+        b = float(base.split()[1])
+        pool = [r for r in results["runs"] if r["method"] == "rope"]
+        pool += results.get("rope_sweep", [])
+        runs = [r for r in pool
+                if r["task"] == task and r.get("rope_base", 10000.0) == b]
+        if ext:
+            runs = [{"seed": r["seed"], **r["extended"][ext]} for r in runs
+                    if ext in r.get("extended", {})]
+    if not runs:
+        fail("variant_runs", f"no runs for task {task!r} and variant {variant!r}")
+    return sorted(runs, key=lambda r: r["seed"])
+
+
+def compare_paired(results: dict[str, Any], task: str, a: str, b: str,
+                   length: int, length_b: int | None = None, *,
+                   margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
+    """:func:`paired_difference` of two variants (or one at two lengths) and its
+    :func:`equivalence_verdict`.
+
+    ``a`` at ``length`` minus ``b`` at ``length_b`` (default ``length``: the same
+    test sequences); variants as in :func:`variant_runs`, seeds paired.
+
+    Returns:
+        the difference dict plus ``"verdict"``, ``"a"``, ``"b"``, ``"lengths"``.
+    """
+    lb = length if length_b is None else length_b
+    ra, rb = variant_runs(results, task, a), variant_runs(results, task, b)
+    if [r["seed"] for r in ra] != [r["seed"] for r in rb]:
+        fail("compare_paired", f"{a} and {b} have different seeds on {task}")
+    sets = results["meta"]["test_sets"][task]
+    d = paired_difference([r["right"][str(length)] for r in ra],
+                          sets[str(length)]["scored"],
+                          [r["right"][str(lb)] for r in rb],
+                          None if lb == length else sets[str(lb)]["scored"])
+    return {**d, "verdict": equivalence_verdict(d, margin), "a": a, "b": b,
+            "lengths": (length, lb)}
 
 
 def _rows(groups: dict[tuple[str, str, int], list[dict[str, Any]]],
@@ -850,6 +1112,118 @@ def _job(args: tuple[str, str, int, dict[str, Any], float | None]) -> dict[str, 
     return run
 
 
+def _run_jobs(jobs: list[tuple[str, str, int, dict[str, Any], float | None]],
+              workers: int, progress: bool) -> list[dict[str, Any]]:
+    """Run :func:`_job` on every job, in ``workers`` processes of one thread each."""
+    from tqdm.auto import tqdm
+
+    runs: list[dict[str, Any]] = []
+    bar = tqdm(total=len(jobs), desc="lab", unit="model", disable=not progress,
+               file=sys.stderr)
+    if workers == 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for job in jobs:
+                bar.set_postfix_str(f"{job[0]}/{job[1]}/seed {job[2]}")
+                runs.append(_job(job))
+                bar.update()
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx,
+                                    initializer=_init_worker) as pool:
+            futures = [pool.submit(_job, job) for job in jobs]
+            for fut in cf.as_completed(futures):
+                r = fut.result()
+                runs.append(r)
+                bar.set_postfix_str(f"{r['task']}/{r['method']}/seed {r['seed']}")
+                bar.update()
+    bar.close()
+    return runs
+
+
+def rerun_rope_extensions(path: str | Path | None = None, *, workers: int = 2,
+                          progress: bool = True, replace: bool = False
+                          ) -> dict[str, Any]:
+    """Re-train every stored RoPE model and re-run :data:`ROPE_EXTENSIONS` on it.
+
+    The trained models are not stored, so a new set of inference-only extensions
+    needs the RoPE runs again (the main runs with base 10000 and the base sweep, 27
+    models with the default settings). Training is deterministic (one thread, the
+    same seeds), so each re-trained model must reproduce its stored accuracies
+    exactly, sequence by sequence; if one does not, nothing is written and a
+    ``RuntimeError`` says which, unless ``replace=True``: then every RoPE run is
+    replaced by its re-run as a whole (the other methods' runs are kept), and
+    ``meta["rope_extensions"]["changed"]`` records, per replaced run, how many test
+    sequences changed their count and the largest change of an accuracy. Otherwise
+    each stored run's ``extended`` field is replaced. ``meta["rope_extensions"]``
+    records the extensions, the code version, the CPU time and when it ran. The file
+    is rewritten in place.
+
+    Returns:
+        the updated results.
+    """
+    p = RESULTS_PATH if path is None else Path(path)
+    if not p.exists():
+        fail("rerun_rope_extensions", f"no results at {p}", FileNotFoundError)
+    results = json.loads(p.read_text())
+    cfg = results["meta"]["settings"]
+    workers = require_positive_int("rerun_rope_extensions", "workers", workers)
+    old = [r for r in results["runs"] if r["method"] == "rope"]
+    old += results.get("rope_sweep", [])
+    jobs = [(r["task"], "rope", r["seed"], cfg,
+             r["rope_base"] if r.get("sweep") else None) for r in old]
+    version = code_version()
+    started = dt.datetime.now(dt.UTC)
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    new = _run_jobs(jobs, workers, progress)
+    key = {(r["task"], r["seed"], r["rope_base"], bool(r.get("sweep"))): r
+           for r in new}
+    changed: dict[str, Any] = {}
+    for r in old:
+        fresh = key[(r["task"], r["seed"], r.get("rope_base", 10000.0),
+                     bool(r.get("sweep")))]
+        if fresh["right"] != r["right"]:
+            name = f"{r['task']}/seed {r['seed']}/base {r.get('rope_base', 10000.0):g}"
+            if not replace:
+                raise RuntimeError(
+                    f"rerun_rope_extensions: the re-trained RoPE model ({name}) does "
+                    "not reproduce its stored answers; re-run the whole lab, or "
+                    "replace the RoPE runs (replace=True)")
+            changed[name] = {
+                "sequences": sum(a != b for n in r["right"]
+                                 for a, b in zip(r["right"][n], fresh["right"][n],
+                                                 strict=True)),
+                "max_accuracy_change": max(abs(r["accuracy"][n] - fresh["accuracy"][n])
+                                           for n in r["accuracy"]),
+            }
+        if replace:
+            r.clear()
+            r.update(fresh)
+        else:
+            r["extended"] = fresh["extended"]
+    results["meta"]["rope_extensions"] = {
+        "extensions": ROPE_EXTENSIONS,
+        "code_version": version,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "cpu_seconds_total": round(sum(r["cpu_seconds"] for r in new), 1),
+        "models": len(new),
+        "workers": workers,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "reproduced": not changed,
+        "replaced": replace,
+        "changed": changed,
+    }
+    results["summary"] = summarize(results["runs"], results["meta"].get("test_sets"))
+    save_results(results, p)
+    return results
+
+
 def run_lab(
     config: LabConfig | None = None,
     *,
@@ -875,8 +1249,6 @@ def run_lab(
         (:func:`chance_level` of every task and length: the chance level of the test
         set and the scored positions of each test sequence).
     """
-    from tqdm.auto import tqdm
-
     cfg = LabConfig() if config is None else config
     workers = require_positive_int("run_lab", "workers", workers)
     jobs = [(t, m, s, cfg.to_dict(), None)
@@ -889,30 +1261,7 @@ def run_lab(
     load_before = os.getloadavg()
     started = dt.datetime.now(dt.UTC)
     start = time.perf_counter()
-    runs: list[dict[str, Any]] = []
-    bar = tqdm(total=len(jobs), desc="lab", unit="model", disable=not progress,
-               file=sys.stderr)
-    if workers == 1:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            for job in jobs:
-                bar.set_postfix_str(f"{job[0]}/{job[1]}/seed {job[2]}")
-                runs.append(_job(job))
-                bar.update()
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx,
-                                    initializer=_init_worker) as pool:
-            futures = [pool.submit(_job, job) for job in jobs]
-            for fut in cf.as_completed(futures):
-                r = fut.result()
-                runs.append(r)
-                bar.set_postfix_str(f"{r['task']}/{r['method']}/seed {r['seed']}")
-                bar.update()
-    bar.close()
+    runs = _run_jobs(jobs, workers, progress)
     wall = time.perf_counter() - start
     key = {(t, m, s, b): i for i, (t, m, s, _, b) in enumerate(jobs)}
     runs.sort(key=lambda r: key[(r["task"], r["method"], r["seed"],
@@ -1068,6 +1417,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one seed, 100 steps, 64 test sequences")
     p.add_argument("--note", default="", help="free text stored with the results")
+    p.add_argument("--replace-rope-runs", action="store_true",
+                   help="with --rope-extensions: replace RoPE runs that the "
+                        "re-training does not reproduce exactly")
+    p.add_argument("--rope-extensions", action="store_true",
+                   help="re-train only the stored RoPE models (they must reproduce "
+                        "their stored answers) and re-run the inference-only "
+                        "extensions on them, updating the results file in place")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
 
@@ -1079,6 +1435,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     options. Returns the exit status.
     """
     args = _parser().parse_args(argv)
+    if args.rope_extensions:
+        try:
+            res = rerun_rope_extensions(args.out, workers=args.workers,
+                                        progress=not args.no_progress,
+                                        replace=args.replace_rope_runs)
+        except (RuntimeError, ValueError, FileNotFoundError) as exc:
+            print(f"course lab: {exc}", file=sys.stderr)
+            return 1
+        info = res["meta"]["rope_extensions"]
+        print(f"re-ran {info['models']} RoPE models with extensions "
+              f"{', '.join(ROPE_EXTENSIONS)}: wall {info['wall_seconds']} s, CPU "
+              f"{info['cpu_seconds_total']} s")
+        return 0
     changes: dict[str, Any] = {}
     if args.quick:
         changes.update(seeds=(0,), steps=100, eval_sequences=64, rope_bases=())
