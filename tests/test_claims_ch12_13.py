@@ -447,7 +447,25 @@ def test_chapter_12_renders_the_math_of_its_computed_text():
     text = CH12.read_text()
     front = text.split("\n---\n", 1)[0]
     assert "mystnb:\n  render_markdown_format: myst" in front
-    assert "(stride $L$)" in text  # an output that needs it
+    assert "at $L$)\\n\\n\"" in text  # an output that needs it (the sliding table)
+
+
+def test_chapter_12_sliding_reference_is_scored_with_a_short_stride():
+    """Issue 33 (serious 3): with stride L the sliding score at T = L is the
+    non-overlapping one; the record scores T = L with a short stride, the chapter
+    says so from the record, and compares 4L with 2L (both stride L) as well."""
+    record = json.loads(LM_RESULTS.read_text())
+    L = record["settings"]["train_length"]
+    short = record["sliding_stride_at_L"]
+    assert 1 <= short < L
+    for m, per in record["perplexity"]["sliding"].items():
+        at_l = sum(per[str(L)]["counts"])
+        plain = sum(record["perplexity"]["nonoverlap"][m][str(L)]["counts"])
+        assert at_l != plain  # no longer the same tokens
+    text = CH12.read_text()
+    assert '"short_stride", record["sliding_stride_at_L"]' in text
+    assert "{glue:text}`short_stride`" in text
+    assert "gain4/sliding/alibi" in text
 
 
 def test_chapter_12_glues_the_model_size_it_states():

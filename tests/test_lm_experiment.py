@@ -20,6 +20,7 @@ from course_lib.experiments.lm import (
     extension_scaling,
     load_corpus,
     log_interval,
+    merge_records,
     nll_blocks,
     perplexity,
     rope_extension,
@@ -42,6 +43,16 @@ def test_corpus_is_deterministic_and_split_disjointly():
     assert (digest, train, val) == (digest2, train2, val2)
     assert len(train) + len(val) + 1 == len(text)  # one joining newline between
     assert int(encode(text).max()) < 128
+    # issue 33: the validation split is a tenth of the bytes, in whole topics (every
+    # tenth topic by name held 2 % of them)
+    from pydoc_data.topics import topics
+
+    bodies = [b.encode("ascii", "replace").decode("ascii") for b in topics.values()]
+    in_val = [b for b in bodies if b in val]
+    assert all((b in train) != (b in val) for b in bodies if len(b) > 200)
+    assert len(val) >= (len(text) - len(bodies) + 1) / 10
+    # dropping the last topic taken (in hash order) would leave less than a tenth
+    assert len(val) - max(len(b) for b in in_val) < len(text) / 10 + len(in_val)
 
 
 def test_loss_decreases_on_a_fixed_seed():
@@ -166,12 +177,18 @@ def _check_record(rec, cfg_methods):
         for per in rec["reference"][kind].values():
             for cell in per.values():
                 _check_cell(cell, n)
-    # at T = L the sliding window (stride L) scores exactly the non-overlapping
-    # windows' tokens, so both give the same numbers
+    # issue 33: at T = L the sliding window uses the short stride, so it scores the
+    # first window whole and then `stride` tokens per window (with stride L it would
+    # be the non-overlapping score itself)
+    stride = rec["sliding_stride_at_L"]
+    assert 1 <= stride < L and rec["sliding_stride"] == L
+    n_tok = rec["eval_tokens"]
+    windows = (n_tok - L) // stride + 1
     for m in cfg_methods:
-        a = rec["perplexity"]["nonoverlap"][m][str(L)]["values"]
-        b = rec["perplexity"]["sliding"][m][str(L)]["values"]
-        assert all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(a, b, strict=True))
+        counts = rec["perplexity"]["sliding"][m][str(L)]["counts"]
+        assert sum(counts) == L + stride * (windows - 1)
+        assert sum(rec["perplexity"]["nonoverlap"][m][str(L)]["counts"]) == (
+            n_tok // L * L)
 
 
 def _dynamic_factor_by_definition(length, L):
@@ -298,6 +315,7 @@ def test_tiny_run_writes_the_full_record_format():
     assert set(rec["reference"]["nonoverlap"]) == {"sinusoidal", "rope"}
     assert rec["reference"]["sliding"] == {}
     L = TINY.train_length
+    assert rec["sliding_stride_at_L"] == TINY.stride_at_L == max(1, L // 8)
     assert rec["factors"]["dynamic"] == {str(m * L): float(m) for m in (2, 4)}
     assert rec["factors"]["ntk"] == {str(m * L): 4.0 for m in (2, 4)}
     # at the largest multiplier static and dynamic NTK are the same rotation
@@ -374,11 +392,17 @@ def test_chapter_comparisons_follow_their_intervals():
     rec = json.loads(RESULTS.read_text())
     comps = lm_report.comparisons(rec)
     assert comps
+    m = lm_report.MARGIN
     for c in comps.values():
         assert c.low <= c.ratio <= c.high
-        want = ("lower" if c.high < 1 else "higher" if c.low > 1
-                else "not separated")
+        assert c.paired  # issue 33: every comparison is paired over seeds
+        want = ("equivalent" if 1 / m < c.low and c.high < m else
+                "lower" if c.high < 1 else "higher" if c.low > 1 else "undecided")
         assert c.verdict == want, c
+    # static NTK against NTK at s = T/L only where their factors differ (at the
+    # largest multiplier both are the same rotation, a ratio of exactly 1)
+    for T, f in rec["factors"]["ntk"].items():
+        assert (f"ntk/{T}" in comps) == (f != rec["factors"]["dynamic"][T])
     # the point estimate of a paired ratio is the geometric mean over seeds of the
     # per-seed ratios on the text blocks both cells scored (at T = 16L the last,
     # short block holds no whole window), recomputed here from the stored blocks
@@ -399,6 +423,57 @@ def test_chapter_comparisons_follow_their_intervals():
     assert math.isclose(comps["rise/nonoverlap/alibi"].ratio, geo, rel_tol=1e-9)
     # the dynamic NTK rows of the table print the factors of the definition
     table = lm_report.extension_table(rec, "nonoverlap")
-    row = next(r for r in table.splitlines() if r.startswith("| dynamic NTK"))
+    row = next(r for r in table.splitlines() if r.startswith("| NTK at s = T/L"))
     for m in rec["settings"]["extension_multipliers"]:
         assert f"s = {_dynamic_factor_by_definition(m * L, L):g}" in row
+
+
+def test_parts_merge_into_the_record_of_one_run():
+    """``course lab --lm --methods ...`` runs parts of the experiment in parallel
+    processes; merged, they give exactly the record of one run (issue 33 re-run)."""
+    cfg = LMConfig(**{**TINY.__dict__, "seeds": (0,)})
+    full = run_lm_experiment(cfg, log=lambda *_: None)
+    parts = [
+        run_lm_experiment(LMConfig(**{**cfg.__dict__, "methods": methods,
+                                      "reference_methods": refs}),
+                          log=lambda *_: None)
+        for methods, refs in ((("none", "sinusoidal", "learned", "t5", "alibi"),
+                               ("sinusoidal",)),
+                              (("rope", "rope+yarn"), ("rope",)))]
+    merged = merge_records(parts)
+    for key in ("perplexity", "extension", "reference", "factors", "settings"):
+        assert json.dumps(merged[key], sort_keys=True) == json.dumps(
+            full[key], sort_keys=True), key
+    assert merged["timing"]["cpu_seconds"] == pytest.approx(
+        sum(p["timing"]["cpu_seconds"] for p in parts))
+    with pytest.raises(ValueError, match="more than one part"):
+        merge_records([parts[0], parts[0]])
+    other = json.loads(json.dumps(parts[1]))
+    other["settings"]["steps"] += 1
+    with pytest.raises(ValueError, match="steps"):
+        merge_records([parts[0], other])
+
+
+def test_yarn_and_its_ablation_reach_the_rotary_table():
+    """The LM run's YaRN takes its ramp from the turns at L (the same frequencies as
+    LLaMA's beta = 32 at this L); 'pi+t' is PI times YaRN's attention factor and
+    'ramp' YaRN's frequencies without it."""
+    import course_lib as cl
+
+    model, _ = train_lm("rope", 0, TINY, encode("abc " * 50))
+    L, T = TINY.train_length, 4 * TINY.train_length
+    tables = {}
+    for m in ("linear", "pi+t", "ramp", "yarn"):
+        rope_extension(model, extension_scaling(m, T, TINY))
+        rot = model.shared["rope"]
+        rot._grow(T)
+        tables[m] = rot.cos_cached[:T]
+    a = cl.yarn_attention_factor(T / L)
+    assert torch.allclose(tables["pi+t"], a * tables["linear"], rtol=1e-15, atol=0)
+    assert torch.allclose(tables["yarn"], a * tables["ramp"], rtol=1e-15, atol=0)
+    hd = TINY.d_model // TINY.n_heads
+    llama, _ = cl.rope_scaled_frequencies(hd, method="yarn", factor=T / L,
+                                          original_max_position=L,
+                                          dtype=torch.float64)
+    pos = torch.arange(T, dtype=torch.float64)
+    assert torch.allclose(tables["ramp"], (pos[:, None] * llama).cos(), atol=1e-12)

@@ -4,8 +4,12 @@ Every number and every verdict that chapter 12 states comes from here, computed 
 ``course_lib/data/lm_extrapolation.json`` when the page is built, so a re-run of
 ``course lab --lm`` cannot leave the text stale. A comparison is a ratio of
 perplexities with the interval of :func:`course_lib.experiments.lm.contrast` (seeds
-and text sampling); its verdict is ``"lower"`` or ``"higher"`` only when the whole
-interval lies below or above 1, and ``"not separated"`` otherwise. Two cells are
+and text sampling), paired over seeds (every model of the chapter is trained with the
+same seeds, so seed ``k`` of one cell is compared with seed ``k`` of the other) and
+over the text (the same resampled blocks for both cells). Its verdict uses the
+equivalence margin :data:`MARGIN`: ``"equivalent"`` when the whole interval lies
+within ``[1/MARGIN, MARGIN]``, else ``"lower"`` or ``"higher"`` when it lies below
+or above 1, else ``"undecided"``. Two cells are
 compared on the text blocks both of them scored (with non-overlapping windows the
 last, short block may hold no whole window at long lengths), so a ratio can differ
 slightly from the ratio of the two cells' perplexities in the tables.
@@ -19,6 +23,7 @@ from course_lib.experiments.lm import contrast
 
 __all__ = [
     "LABEL",
+    "MARGIN",
     "Comparison",
     "cell",
     "compare",
@@ -35,9 +40,16 @@ LABEL: dict[str, str] = {
     "none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned abs.",
     "rope": "RoPE", "rope+yarn": "RoPE + YaRN", "t5": "T5 bias", "alibi": "ALiBi",
     "linear": "position interpolation (PI)", "ntk": "static NTK",
-    "dynamic": "dynamic NTK", "yarn": "YaRN", "llama3": "Llama 3.1 bands",
+    "dynamic": "NTK at s = T/L (dynamic NTK's factor for a T-token prompt)",
+    "yarn": "YaRN", "llama3": "Llama 3.1 bands",
+    "pi+t": "PI with YaRN's temperature", "ramp": "YaRN's ramp, no temperature",
     "plain": "plain RoPE (control)",
 }
+
+MARGIN = 1.02
+"""Equivalence margin of chapter 12: two perplexities within 2 % of each other (a
+ratio whose whole interval lies in ``[1/1.02, 1.02]``) count as equivalent. Fixed
+before the verdicts of the re-run were computed."""
 """Display names of the methods and extension methods."""
 
 
@@ -51,14 +63,28 @@ def cell(record: dict, section: str, kind: str, method: str, length: int,
     return d[method][str(length)]
 
 
-def verdict(c: dict) -> str:
-    """``"lower"`` if the ratio's interval lies below 1, ``"higher"`` above, else
-    ``"not separated"``."""
+def verdict(c: dict, margin: float = MARGIN) -> str:
+    """The verdict of a ratio ``c`` (``{"low", "high"}``) with the margin.
+
+    ``"equivalent"`` if the interval lies within ``[1/margin, margin]``; otherwise
+    ``"lower"`` if it lies below 1, ``"higher"`` if above 1, else ``"undecided"``.
+
+    >>> verdict({"low": 0.99, "high": 1.01}), verdict({"low": 0.9, "high": 0.97})
+    ('equivalent', 'lower')
+    >>> verdict({"low": 0.97, "high": 1.05})
+    'undecided'
+    """
+    if not margin > 1:
+        raise ValueError(f"verdict: margin must be above 1, got {margin!r}")
+    if c["low"] > c["high"]:
+        raise ValueError(f"verdict: low must not exceed high, got {c}")
+    if 1 / margin < c["low"] and c["high"] < margin:
+        return "equivalent"
     if c["high"] < 1:
         return "lower"
     if c["low"] > 1:
         return "higher"
-    return "not separated"
+    return "undecided"
 
 
 @dataclass(frozen=True)
@@ -72,19 +98,22 @@ class Comparison:
     high: float
     verdict: str
     paired: bool
+    se_text: float = 0.0
 
 
 def compare(record: dict, key: str, text: str, a: dict, b: dict, *,
-            paired: bool) -> Comparison:
+            paired: bool = True) -> Comparison:
     """:func:`~course_lib.experiments.lm.contrast` of two cells, as a Comparison.
 
-    ``paired=True`` for two measurements of the same trained models (one model at two
-    lengths, or two treatments of one RoPE model per seed).
+    ``paired=True`` (the chapter's choice for every comparison): seed ``k`` of ``a``
+    against seed ``k`` of ``b``, which share the seed (initial weights where the
+    architectures match, and the order of the training batches).
     """
     boot = record["settings"]
     c = contrast(a, b, paired=paired, replicates=boot["bootstrap"],
                  seed=boot["bootstrap_seed"])
-    return Comparison(key, text, c["ratio"], c["low"], c["high"], verdict(c), paired)
+    return Comparison(key, text, c["ratio"], c["low"], c["high"], verdict(c), paired,
+                      c["se_text"])
 
 
 def fmt_cell(c: dict) -> str:
@@ -146,7 +175,10 @@ def comparisons(record: dict) -> dict[str, Comparison]:
     at inference against plain RoPE at ``T``), ``ft/<method>/<T>`` (a fine-tuned
     extension against the control fine-tuned the same steps),
     ``ftL/<method>/<T>`` (fine-tuned at ``T`` against plain RoPE at ``L``),
-    ``ntk/<T>`` (static NTK against dynamic NTK).
+    ``ntk/<T>`` (static NTK against NTK at ``s = T/L``),
+    ``gain4/sliding/<method>`` (sliding window at ``4L`` over ``2L``, both with
+    stride ``L``), ``abl/<effect>/<T>`` (the ablation of YaRN's temperature and
+    ramp at inference). Every comparison is paired over seeds.
     """
     s = record["settings"]
     L = s["train_length"]
@@ -154,49 +186,51 @@ def comparisons(record: dict) -> dict[str, Comparison]:
     main = record["perplexity"]
     out: dict[str, Comparison] = {}
 
-    def add(key, text, a, b, paired):
-        out[key] = compare(record, key, text, a, b, paired=paired)
+    def add(key, text, a, b):
+        out[key] = compare(record, key, text, a, b)
 
     for kind in ("nonoverlap", "sliding"):
         for m, per in main[kind].items():
             end = max(int(T) for T in per)
             add(f"rise/{kind}/{m}", f"{LABEL[m]}: T = {end} over T = {L} ({kind})",
-                per[str(end)], per[str(L)], True)
+                per[str(end)], per[str(L)])
+    short = record.get("sliding_stride_at_L", L)
     for m, per in main["sliding"].items():
         if str(2 * L) in per:
-            add(f"gain2/sliding/{m}", f"{LABEL[m]}: T = {2 * L} over T = {L} "
-                f"(sliding)", per[str(2 * L)], per[str(L)], True)
+            add(f"gain2/sliding/{m}", f"{LABEL[m]}: T = {2 * L} (stride {L}) over "
+                f"T = {L} (stride {short}), sliding", per[str(2 * L)], per[str(L)])
+        if str(2 * L) in per and str(4 * L) in per:
+            add(f"gain4/sliding/{m}", f"{LABEL[m]}: T = {4 * L} over T = {2 * L} "
+                f"(sliding, stride {L})", per[str(4 * L)], per[str(2 * L)])
     pairs = [("alibi", "t5"), ("alibi", "sinusoidal"), ("alibi", "rope"),
              ("t5", "rope"), ("t5", "sinusoidal"), ("alibi", "learned"),
              ("alibi", "none")]
     for a, b in pairs:
         if a in main["nonoverlap"] and b in main["nonoverlap"]:
             add(f"top/{a}/{b}", f"{LABEL[a]} over {LABEL[b]} at T = {top}",
-                main["nonoverlap"][a][str(top)], main["nonoverlap"][b][str(top)],
-                False)
+                main["nonoverlap"][a][str(top)], main["nonoverlap"][b][str(top)])
     for a in main["nonoverlap"]:
         if a != "rope" and "rope" in main["nonoverlap"] and a != "rope+yarn":
             add(f"atL/{a}/rope", f"{LABEL[a]} over RoPE at T = {L}",
-                main["nonoverlap"][a][str(L)], main["nonoverlap"]["rope"][str(L)],
-                False)
+                main["nonoverlap"][a][str(L)], main["nonoverlap"]["rope"][str(L)])
     if "alibi" in main["nonoverlap"] and "sinusoidal" in main["nonoverlap"]:
         add("atL/alibi/sinusoidal", f"ALiBi over sinusoidal at T = {L}",
             main["nonoverlap"]["alibi"][str(L)],
-            main["nonoverlap"]["sinusoidal"][str(L)], False)
+            main["nonoverlap"]["sinusoidal"][str(L)])
     R = record.get("reference_length")
     ref = record.get("reference", {}).get("nonoverlap", {})
     if R and ref:
         for m in ref:
             add(f"ref/{m}/own", f"{LABEL[m]} trained at {R} over {LABEL[m]} trained "
                 f"at {L}, both at T = {R}", ref[m][str(R)],
-                main["nonoverlap"][m][str(R)], False)
+                main["nonoverlap"][m][str(R)])
             add(f"refL/{m}", f"{LABEL[m]} trained at {R}, at T = {R}, over "
                 f"{LABEL[m]} trained at {L}, at T = {L}", ref[m][str(R)],
-                main["nonoverlap"][m][str(L)], False)
+                main["nonoverlap"][m][str(L)])
         if "sinusoidal" in ref and "alibi" in main["nonoverlap"]:
             add("ref/alibi/sinusoidal", f"ALiBi trained at {L} over sinusoidal trained "
                 f"at {R}, both at T = {R}", main["nonoverlap"]["alibi"][str(R)],
-                ref["sinusoidal"][str(R)], False)
+                ref["sinusoidal"][str(R)])
         if "rope" in ref:
             ext = record["extension"]["nonoverlap"]
             for stage in ("no_fine_tune", "fine_tune"):
@@ -204,25 +238,37 @@ def comparisons(record: dict) -> dict[str, Comparison]:
                     if str(R) in per:
                         tag = "" if stage == "no_fine_tune" else ", fine-tuned"
                         add(f"ref/rope/{m}{tag}", f"{LABEL[m]}{tag} over RoPE trained "
-                            f"at {R}, at T = {R}", per[str(R)], ref["rope"][str(R)],
-                            False)
+                            f"at {R}, at T = {R}", per[str(R)], ref["rope"][str(R)])
     ext = record["extension"]["nonoverlap"]
     for m, per in ext["no_fine_tune"].items():
         for T in per:
             add(f"ext/{m}/{T}", f"{LABEL[m]} over plain RoPE at T = {T}", per[T],
-                main["nonoverlap"]["rope"][T], True)
+                main["nonoverlap"]["rope"][T])
     if "ntk" in ext["no_fine_tune"] and "dynamic" in ext["no_fine_tune"]:
         for T, c in ext["no_fine_tune"]["ntk"].items():
-            add(f"ntk/{T}", f"static NTK over dynamic NTK at T = {T}", c,
-                ext["no_fine_tune"]["dynamic"][T], True)
+            if record["factors"]["ntk"][T] == record["factors"]["dynamic"][T]:
+                continue  # the same rotation: nothing to compare
+            add(f"ntk/{T}", f"static NTK over NTK at s = T/L, at T = {T}", c,
+                ext["no_fine_tune"]["dynamic"][T])
+    effects = [("temp-noramp", "pi+t", "linear", "temperature, without the ramp"),
+               ("temp-ramp", "yarn", "ramp", "temperature, with the ramp"),
+               ("ramp-notemp", "ramp", "linear", "ramp, without the temperature"),
+               ("ramp-temp", "yarn", "pi+t", "ramp, with the temperature")]
+    nf = ext["no_fine_tune"]
+    for name, a, b, what in effects:
+        if a in nf and b in nf:
+            for T in nf[a]:
+                if T in nf[b]:
+                    add(f"abl/{name}/{T}", f"{what}: {LABEL[a]} over {LABEL[b]} at "
+                        f"T = {T}", nf[a][T], nf[b][T])
     ft = ext["fine_tune"]
     for m, per in ft.items():
         for T in per:
             if m != "plain" and "plain" in ft:
                 add(f"ft/{m}/{T}", f"{LABEL[m]}, fine-tuned, over the control at "
-                    f"T = {T}", per[T], ft["plain"][T], True)
+                    f"T = {T}", per[T], ft["plain"][T])
             add(f"ftL/{m}/{T}", f"{LABEL[m]}, fine-tuned, at T = {T} over plain RoPE "
-                f"at T = {L}", per[T], main["nonoverlap"]["rope"][str(L)], True)
+                f"at T = {L}", per[T], main["nonoverlap"]["rope"][str(L)])
     return out
 
 

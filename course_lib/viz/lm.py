@@ -41,7 +41,9 @@ def plot_lm_perplexity(record: dict) -> Figure:
     fig = new_figure(6.5, 3.0)
     axes = fig.subplots(1, 2, sharey=True)
     titles = {"nonoverlap": "non-overlapping windows",
-              "sliding": f"sliding window (stride {record['sliding_stride']})"}
+              "sliding": f"sliding window (stride {record['sliding_stride']}"
+              + (f", {record['sliding_stride_at_L']} at L)"
+                 if "sliding_stride_at_L" in record else ")")}
     for ax, kind in zip(axes, ("nonoverlap", "sliding"), strict=True):
         for method, per in record["perplexity"][kind].items():
             xs = sorted(int(t) for t in per)
