@@ -191,6 +191,12 @@ def _add_check(sub) -> None:
         metavar="SIZE",
         help="memory limit of the kernel, e.g. 4G (default), or none",
     )
+    p.add_argument(
+        "--hint",
+        action="store_true",
+        help="after a known mistake, also say how to fix it (the second level of "
+        "the checks' messages; sets COURSE_HINTS=1 in the kernel)",
+    )
 
 
 def _add_release(sub, quiet_opts, course_opts) -> None:
@@ -507,6 +513,8 @@ def _cmd_check(args) -> int:
     from .grading.check import check_notebook, format_report
     from .grading.kernels.start import KernelLimits
 
+    if args.hint:  # checks._core.HINTS_VARIABLE; the kernel inherits the environment
+        os.environ["COURSE_HINTS"] = "1"
     report = check_notebook(
         args.notebook,
         cell_timeout=args.timeout,

@@ -212,7 +212,7 @@ def test_llama3_bad_input_gets_a_clear_error(args, exc, fragment) -> None:
 @pytest.mark.parametrize("case", RANGE_CASES)
 def test_range_mistakes_are_either_right_or_far_outside_the_tolerance(case) -> None:
     expected = yarn_correction_range(*case[:5], truncate=case[5])
-    for answer, text, _ in map(astuple, g11._range_mistakes(*case)):
+    for answer, text, *_ in map(astuple, g11._range_mistakes(*case)):
         gap = max(abs(a - e) for a, e in zip(answer, expected, strict=True))
         assert gap == 0.0 or gap >= 100 * g11._RANGE_ATOL, (text, gap)
 
@@ -223,7 +223,7 @@ ATTENTION_CASES = g11._ATTENTION_PUBLIC + g11._ATTENTION_HIDDEN
 @pytest.mark.parametrize("case", ATTENTION_CASES)
 def test_attention_mistakes_are_either_right_or_far_outside_the_tolerance(case):
     expected = yarn_attention_factor(*case)
-    for value, text, _ in map(astuple, g11._attention_mistakes(*case)):
+    for value, text, *_ in map(astuple, g11._attention_mistakes(*case)):
         gap = abs(value - expected)
         assert gap <= 1e-15 or gap >= 1000 * g11._ATTENTION_ATOL, (text, gap)
 
@@ -238,7 +238,7 @@ def test_band_mistakes_are_either_right_or_far_outside_the_tolerance(case) -> No
     expected = expected.double()
     met = 0
     mistakes = g11._band_mistakes(inv_freq, factor, original, alpha, beta)
-    for answer, text, _ in map(astuple, mistakes):
+    for answer, text, *_ in map(astuple, mistakes):
         gap = ((answer.double() - expected).abs() / expected).max().item()
         # right (factor 1: every rule gives theta, up to float32 rounding of the
         # input) or wrong by far more than the tolerance
@@ -253,13 +253,13 @@ def test_every_range_and_attention_mistake_is_met_by_some_case() -> None:
     met, every = set(), set()
     for case in RANGE_CASES:
         expected = list(yarn_correction_range(*case[:5], truncate=case[5]))
-        for answer, text, _ in map(astuple, g11._range_mistakes(*case)):
+        for answer, text, *_ in map(astuple, g11._range_mistakes(*case)):
             every.add(text.split(" (rounding")[0])
             if list(answer) != expected:
                 met.add(text.split(" (rounding")[0])
     for case in ATTENTION_CASES:
         expected = yarn_attention_factor(*case)
-        for value, text, _ in map(astuple, g11._attention_mistakes(*case)):
+        for value, text, *_ in map(astuple, g11._attention_mistakes(*case)):
             every.add(text)
             if abs(value - expected) > 1e-12:
                 met.add(text)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import math
 import re
@@ -59,11 +60,14 @@ __all__ = [
     "expect_close",
     "expect_equal",
     "expect_scalar",
+    "hinted",
+    "hints_wanted",
     "known_mistake",
     "passed",
     "preview",
     "reference_trap",
     "require_plain",
+    "with_hint",
 ]
 
 # Captured at import time: later monkeypatching of torch by student code does not
@@ -90,11 +94,17 @@ _SLUG_MAX = 40
 class Mistake:
     """A known wrong answer: the value it gives (a tensor, a number, ...), the
     sentence explaining it, and its slug (see the module docstring). The slug has no
-    default: a mistake without one fails when it is made."""
+    default: a mistake without one fails when it is made.
+
+    ``hint``, when given, is the fix, kept apart from the explanation: where the fix
+    is the very step the exercise asks for, the explanation says only what is wrong,
+    the message points to the chapter's section, and the hint is shown only when the
+    student asks for it (:func:`hints_wanted`)."""
 
     answer: Any
     explanation: str
     slug: str
+    hint: str = ""
 
     def __post_init__(self) -> None:
         if (
@@ -110,15 +120,75 @@ class Mistake:
 
 _NOTHING: Any = object()
 
+# The second level of a message: set to 1 by ``course check --hint``, or by the
+# student (``os.environ["COURSE_HINTS"] = "1"`` in the notebook), read at each failure.
+HINTS_VARIABLE = "COURSE_HINTS"
+
+
+def hints_wanted() -> bool:
+    """Whether the student asked for hints (the environment variable
+    :data:`HINTS_VARIABLE` is ``1``, ``true`` or ``yes``)."""
+    import os
+
+    return os.environ.get(HINTS_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def _section_pointer(what: str) -> str:
+    """"Reread ..." for the graded function that ``what`` names (its call), from
+    :data:`course_lib.checks.sections.SECTIONS`; empty when none is named."""
+    from .sections import SECTIONS
+
+    found = [
+        (what.find(f"{name}("), name)
+        for name in SECTIONS
+        if re.search(rf"(?<![A-Za-z0-9_]){name}\(", what)
+    ]
+    if not found:
+        return ""
+    section = SECTIONS[min(found)[1]]
+    chapter = section.page.removeprefix("book/")
+    number = chapter.split("-", 1)[0].lstrip("0")
+    return (
+        f" Reread the section \"{section.title}\" of chapter {number} "
+        f"({chapter})."
+    )
+
+
+def with_hint(message: str, hint: str, what: str = "") -> str:
+    """``message``, then where to look (the section of the function ``what`` names),
+    then the hint when the student asked for hints, else how to ask for one."""
+    if not hint:
+        return message
+    text = message.rstrip()
+    if not text.endswith((".", "!", "?", ")")):
+        text += "."
+    text += _section_pointer(what or message)
+    if hints_wanted():
+        return f"{text} Hint: {hint}"
+    return (
+        f"{text} (For a hint: `course check --hint <notebook>`, or run "
+        f'`import os; os.environ["{HINTS_VARIABLE}"] = "1"` in the notebook and '
+        "rerun this cell.)"
+    )
+
+
+def hinted(mistake: Mistake, hint: str) -> Mistake:
+    """``mistake`` with its fix as the hint (see :class:`Mistake`)."""
+    return dataclasses.replace(mistake, hint=hint)
+
 
 def known_mistake(what: str, mistake: Mistake, *, got: Any = _NOTHING) -> CheckFailed:
     """The failure for an answer that is ``mistake``: the message names it, and
     ``exc.mistake`` (the slug) and ``exc.explanation`` carry it for the grading
     tool's records; ``got``, when given, the student's answer, is previewed in
-    ``exc.answer``."""
-    exc = CheckFailed(f"{what} is wrong in a known way: {mistake.explanation}")
+    ``exc.answer``. A mistake with a hint adds where to look and the hint or how to
+    ask for it (:func:`with_hint`)."""
+    # With a hint, what follows the explanation (where to look, the hint or how to
+    # ask for it) is part of what the student was told, and recorded with it.
+    told = with_hint(mistake.explanation, mistake.hint, what)
+    exc = CheckFailed(f"{what} is wrong in a known way: {told}")
     exc.mistake = mistake.slug
-    exc.explanation = mistake.explanation
+    exc.explanation = told
     if got is not _NOTHING:
         exc.answer = preview(got)
     return exc

@@ -64,12 +64,14 @@ def local_references(source: str) -> list[str]:
 
 def _to_plain(value: Any) -> Any:
     """A known mistake as plain data, ``{"__mistake__": [answer, explanation,
-    slug]}`` (the stored file holds no class of ours)."""
+    slug, hint]}`` (the stored file holds no class of ours)."""
     from ._core import Mistake
 
     if isinstance(value, Mistake):
         return {
-            "__mistake__": [_to_plain(value.answer), value.explanation, value.slug]
+            "__mistake__": [
+                _to_plain(value.answer), value.explanation, value.slug, value.hint
+            ]
         }
     if isinstance(value, tuple):
         return tuple(_to_plain(v) for v in value)
@@ -85,8 +87,8 @@ def _from_plain(value: Any) -> Any:
 
     if isinstance(value, dict):
         if list(value) == ["__mistake__"]:
-            answer, explanation, slug = value["__mistake__"]
-            return Mistake(_from_plain(answer), explanation, slug)
+            answer, explanation, slug, *hint = value["__mistake__"]
+            return Mistake(_from_plain(answer), explanation, slug, *hint)
         return {k: _from_plain(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return tuple(_from_plain(v) for v in value)

@@ -27,6 +27,7 @@ from ._core import (
     call_student,
     expect_close,
     expect_equal,
+    hinted,
     passed,
 )
 
@@ -83,8 +84,7 @@ _SHAW_MISTAKES = {
     ),
     "no_value_term": (
         "the weights are right but the output has no a^V term: z_i = sum_j alpha_ij "
-        "(v_j + a^V_ij). Sum the weights of the keys that share a table row, then "
-        "multiply by a_v. (A key-only variant, as in BERT's relative_key or Music "
+        "(v_j + a^V_ij). (A key-only variant, as in BERT's relative_key or Music "
         "Transformer, drops it on purpose; this exercise asks for both tables.)"
     ),
     "softmax_over_queries": (
@@ -123,6 +123,16 @@ def _shaw_variant(q, k, v, a_k, a_v, max_distance: int, mistake: str = ""):
     return out, weights
 
 
+# The fix, shown only when the student asks for hints: where it is the step the
+# exercise asks to work out (keyed like _SHAW_MISTAKES).
+_SHAW_HINTS = {
+    "no_value_term": (
+        "the keys that read the same row of a_v can be grouped: sum their weights "
+        "per table row, then multiply by a_v"
+    ),
+}
+
+
 def _shaw_mistakes(q, k, v, a_k, a_v, max_distance: int, expected):
     """``(output mistakes, weight mistakes)`` for this case."""
     out_ref, weights_ref = expected
@@ -130,11 +140,10 @@ def _shaw_mistakes(q, k, v, a_k, a_v, max_distance: int, expected):
     for mistake, text in _SHAW_MISTAKES.items():
         out, w = _shaw_variant(q, k, v, a_k, a_v, max_distance, mistake)
         slug = mistake.replace("_", "-")
-        outs.append(Mistake(
+        outs.append(hinted(Mistake(
             out,
             text,
-            slug,
-        ))
+            slug), _SHAW_HINTS.get(mistake, "")))
         weights.append(Mistake(
             w,
             text,
@@ -308,27 +317,27 @@ def _t5_mistakes(relative_position, bidirectional, num_buckets, max_distance, ex
             "to bucket 0.",
             "query-minus-key",
         ),
-        Mistake(
+        hinted(Mistake(
             _t5_variant(*args, clamp=False),
             "bucket ids reach num_buckets or more: distances at or beyond "
-            "max_distance must all share the last bucket (clamp the logarithmic "
-            "bucket to num_buckets - 1 of its half).",
-            "not-clamped",
-        ),
-        Mistake(
+            "max_distance must all share the last bucket of their half.",
+            "not-clamped"),
+            "clamp the logarithmic bucket to the last bucket of its half"),
+        hinted(Mistake(
             _t5_variant(*args, rounding="ceil"),
-            "the logarithmic bucket is rounded up. Bucket b holds the distances from "
-            "its first distance r_b to r_(b+1) - 1, so a distance belongs to the "
-            "largest b with r_b <= distance: round the logarithmic value down.",
-            "rounded-up",
-        ),
-        Mistake(
+            "the logarithmic bucket is rounded up: some distances land one bucket "
+            "after the bucket whose range holds them.",
+            "rounded-up"),
+            "bucket b holds the distances from its first distance r_b to "
+            "r_(b+1) - 1, so a distance belongs to the largest b with r_b <= "
+            "distance: round the logarithmic value down"),
+        hinted(Mistake(
             _t5_variant(*args, rounding="round"),
-            "the logarithmic bucket is rounded to the nearest integer. A distance "
-            "belongs to the largest b whose first distance r_b is at most the "
-            "distance: round the logarithmic value down.",
-            "rounded-nearest",
-        ),
+            "the logarithmic bucket is rounded to the nearest integer: some "
+            "distances land one bucket after the bucket whose range holds them.",
+            "rounded-nearest"),
+            "a distance belongs to the largest b whose first distance r_b is at "
+            "most the distance: round the logarithmic value down"),
     ]
     if bidirectional:
         candidates.append(

@@ -30,6 +30,7 @@ from ._core import (
     Mistake,
     call_student,
     expect_close,
+    hinted,
     passed,
     require_plain,
 )
@@ -85,7 +86,7 @@ def _known(expected: torch.Tensor, valid: torch.Tensor, candidates):
             answer.double(), expected.double(), atol=_ATOL, rtol=_RTOL, equal_nan=True
         ):
             continue
-        found.append(Mistake(answer, m.explanation, m.slug))
+        found.append(hinted(Mistake(answer, m.explanation, m.slug), m.hint))
     return found
 
 
@@ -147,12 +148,12 @@ def _shift_mistakes(x: torch.Tensor):
             "FIRST row (the leading q_len numbers), not the last.",
             "last-row-dropped",
         ),
-        Mistake(
+        hinted(Mistake(
             _gather_cols(x, j - (q_len - 1 - i)),
-            "the rows are shifted the wrong way: out[i, j] = x[i, j + q_len - 1 - i] "
-            "moves row i LEFT by q_len - 1 - i.",
-            "shifted-wrong-way",
-        ),
+            "the rows are shifted the wrong way: row i must move LEFT, by "
+            "q_len - 1 - i columns.",
+            "shifted-wrong-way"),
+            "out[i, j] = x[i, j + q_len - 1 - i]"),
         Mistake(
             _gather_cols(x, j + i),
             "row i is shifted by i; it must move left by q_len - 1 - i (the last query "
@@ -448,20 +449,20 @@ def _bidirectional_mistakes(x: torch.Tensor):
     no_pad = x.reshape(*lead, width, q_len)[..., 1:, :]  # XLNet's recipe, no pad
     no_pad = no_pad.reshape(*lead, q_len, width - 1)[..., :k_len]
     return [
-        Mistake(
+        hinted(Mistake(
             no_pad,
             "each row reads one column too far right (column j + q_len - i): that is "
             "XLNet's shift, which has no zero pad because its input carries one more "
-            "distance (k_len down to -q_len + 1). With the k_len + q_len - 1 columns "
-            "asked for here, pad one zero column on the left first.",
-            "xlnet-shift",
-        ),
-        Mistake(
+            "distance (k_len down to -q_len + 1). The input here has k_len + q_len "
+            "- 1 columns, one fewer.",
+            "xlnet-shift"),
+            "pad one zero column on the left first"),
+        hinted(Mistake(
             rows[..., width - k_len :],
-            "these are the LAST k_len columns of the shifted rows; keep the FIRST "
-            "k_len: out[i, j] = x[i, j + q_len - 1 - i].",
-            "last-columns",
-        ),
+            "these are the LAST k_len columns of the shifted rows; the answer is "
+            "the FIRST k_len.",
+            "last-columns"),
+            "out[i, j] = x[i, j + q_len - 1 - i]"),
         Mistake(
             cols(right).masked_fill(future, 0.0),
             "the keys after their query are zeroed as in the causal shift; in the "
@@ -480,12 +481,12 @@ def _bidirectional_mistakes(x: torch.Tensor):
             "down to -(q_len - 1)); this answer reads the columns in ascending order.",
             "ascending-columns",
         ),
-        Mistake(
+        hinted(Mistake(
             cols(j - (q_len - 1 - i)),
-            "the rows are shifted the wrong way: out[i, j] = x[i, j + q_len - 1 - i] "
-            "moves row i LEFT by q_len - 1 - i.",
-            "shifted-wrong-way",
-        ),
+            "the rows are shifted the wrong way: row i must move LEFT, by "
+            "q_len - 1 - i columns.",
+            "shifted-wrong-way"),
+            "out[i, j] = x[i, j + q_len - 1 - i]"),
     ]
 
 

@@ -18,7 +18,14 @@ import torch
 from course_lib.da import da_attention as _ref_attention
 from course_lib.da import da_rescale as _ref_rescale
 
-from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    call_student,
+    expect_close,
+    passed,
+    with_hint,
+)
 
 __all__ = [
     "check_da_attention",
@@ -126,11 +133,16 @@ def _check_rescale_case(fn, distance, w, v) -> None:
     ):
         bad = "nan" if bool(got.isnan().any()) else "inf"
         raise CheckFailed(
-            f"{call} returned {bad} where R_hat is finite: e^v overflows for large v "
-            "(above about 88 in float32, 709 in float64), and the literal ratio "
-            "(1 + e^v) / (1 + e^(v - w*distance)) becomes inf or inf/inf = nan. "
-            "Take logarithms: R_hat = exp(softplus(v) - softplus(v - w*distance)), "
-            "with softplus(x) = log(1 + e^x) evaluated without overflow."
+            with_hint(
+                f"{call} returned {bad} where R_hat is finite: e^v overflows for "
+                "large v (above about 88 in float32, 709 in float64), and the literal "
+                "ratio (1 + e^v) / (1 + e^(v - w*distance)) becomes inf or inf/inf = "
+                "nan.",
+                "take logarithms of numerator and denominator, each of the form "
+                "log(1 + e^x), and evaluate log(1 + e^x) without forming e^x for "
+                "large x",
+                call,
+            )
         )
     expect_close(
         got,

@@ -28,6 +28,7 @@ from ._core import (
     call_student,
     expect_close,
     expect_scalar,
+    hinted,
     passed,
 )
 
@@ -106,30 +107,32 @@ def _range_mistakes(beta_fast: float, beta_slow: float, head_dim: int, base: flo
         nearest = (round(lo), round(hi))
         ends = {
             (math.ceil(lo), math.ceil(hi)): (
-                "low is rounded up; round it down (floor): pair low is the last "
-                "pair that still turns at least beta_fast times",
+                "low is rounded up: that pair turns fewer than beta_fast times, "
+                "and low is the last pair that still turns at least beta_fast times",
                 "low-rounded-up",
+                "the turn count falls as i grows, so that pair is the whole index at "
+                "or below i(beta_fast): floor",
             ),
             (math.floor(lo), math.floor(hi)): (
-                "high is rounded down; round it up (ceil): pair high is the first "
-                "pair that turns at most beta_slow times",
+                "high is rounded down: that pair turns more than beta_slow times, "
+                "and high is the first pair that turns at most beta_slow times",
                 "high-rounded-down",
+                "that pair is the whole index at or above i(beta_slow): ceil",
             ),
             (math.ceil(lo), math.floor(hi)): (
-                "both ends are rounded inward; round them outward, low down "
-                "(floor) and high up (ceil), so that the ramp covers every pair "
+                "both ends are rounded inward: the ramp misses pairs that lie "
                 "between the two turn counts",
                 "rounded-inward",
+                "round outward, low down (floor) and high up (ceil)",
             ),
         }
-        for (a, b), (text, slug) in ends.items():
+        for (a, b), (text, slug, hint) in ends.items():
             if (a, b) == nearest:
                 text += " (rounding to the nearest pair, round(), gives this here)"
-            out.append(Mistake(
+            out.append(hinted(Mistake(
                 clip(a, b),
                 text,
-                slug,
-            ))
+                slug), hint))
     else:
         out.append(
             Mistake(
@@ -161,28 +164,29 @@ def _range_mistakes(beta_fast: float, beta_slow: float, head_dim: int, base: flo
             "head_dim - 1",
             "high-not-clipped",
         ),
-        Mistake(
+        hinted(Mistake(
             rounded(_index(beta_fast, d, base, original, two_pi=False),
              _index(beta_slow, d, base, original, two_pi=False)),
-            "the turns are counted in radians: pair i turns L theta_i / (2 pi) times "
-            "in L tokens (its wavelength is 2 pi / theta_i), so i(r) has "
-            "ln(L / (2 pi r))",
-            "radians",
-        ),
-        Mistake(
+            "the turns are counted in radians: L theta_i is the angle pair i "
+            "covers in L tokens, not the number of turns it makes",
+            "radians"),
+            "a turn is 2 pi radians (the wavelength is 2 pi / theta_i): solve "
+            "L theta_i / (2 pi) = r for i"),
+        hinted(Mistake(
             rounded(_index(beta_fast, d, base, original, half=True),
              _index(beta_slow, d, base, original, half=True)),
-            "the index is twice too large: theta_i = b^(-2i/d) gives "
-            "i(r) = d ln(L / (2 pi r)) / (2 ln b)",
-            "index-doubled",
-        ),
-        Mistake(
+            "the index is twice too large: the exponent of theta_i = b^(-2i/d) "
+            "has 2i, not i",
+            "index-doubled"),
+            "solving for i, the 2 of 2i/d divides: i(r) = d ln(L / (2 pi r)) / "
+            "(2 ln b)"),
+        hinted(Mistake(
             rounded(_index(beta_fast, d, base, original, pairs=True),
              _index(beta_slow, d, base, original, pairs=True)),
-            "the index uses the number of pairs d/2 for d; with head_dim d, "
-            "i(r) = d ln(L / (2 pi r)) / (2 ln b)",
-            "pairs-for-d",
-        ),
+            "the index uses the number of pairs d/2 for d: the exponent 2i/d of "
+            "theta_i has d = head_dim",
+            "pairs-for-d"),
+            "i(r) = d ln(L / (2 pi r)) / (2 ln b) with d = head_dim"),
         Mistake(
             rounded(_index(beta_slow, d, base, original),
              _index(beta_fast, d, base, original)),
@@ -292,19 +296,21 @@ def _attention_mistakes(factor: float, mscale: float | None,
             "0.1 ln(s) + 1",
             "log10",
         ),
-        Mistake(
+        hinted(Mistake(
             plain**2,
-            "this is 1/t, the factor on the logits; the function returns its square "
-            "root, sqrt(1/t) = 0.1 ln(s) + 1, which multiplies the cos and sin tables "
-            "(and so reaches the logits twice)",
-            "squared",
-        ),
-        Mistake(
+            "this is 1/t, the factor the logits need; but the function's factor "
+            "multiplies the cos and sin tables, and so every rotated query and "
+            "every rotated key",
+            "squared"),
+            "a score q . k picks up the factor once from q and once from k: a^2 = "
+            "1/t, so a = sqrt(1/t) = 0.1 ln(s) + 1"),
+        hinted(Mistake(
             1 / plain,
-            "this is upside down: sqrt(1/t) = 0.1 ln(s) + 1 is above 1 for s > 1 (the "
-            "logits grow: attention gets sharper)",
-            "inverted",
-        ),
+            "this is upside down: it is below 1 for s > 1, so it flattens the "
+            "attention; dividing the logits by t < 1 makes them larger (sharper "
+            "attention)",
+            "inverted"),
+            "the factor on the tables is sqrt(1/t), not sqrt(t)"),
         Mistake(
             0.1 * math.log(s) if s > 1 else 1.0,
             "the + 1 is missing: sqrt(1/t) = 0.1 ln(s) + 1",

@@ -367,7 +367,7 @@ WRONG = {
     "t5_relative_position_bucket": [
         (bucket_sign_flipped, "buckets of query - key", True),
         (bucket_no_halving, "each direction gets half of the buckets", True),
-        (bucket_no_clamp, "clamp the logarithmic bucket", True),
+        (bucket_no_clamp, "must all share the last bucket", True),
         (bucket_causal_abs, "belongs to bucket 0", True),
         (bucket_log_of_max_distance, "wrong entries", True),
         (bucket_rounded_up, "the logarithmic bucket is rounded up", True),
