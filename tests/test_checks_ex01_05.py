@@ -132,22 +132,37 @@ def test_hand_computation_rejects_known_mistakes(
 
 
 def test_hand_computation_expected_values_are_the_cosine_sums() -> None:
-    """PE(p) . PE(q) = cos(p - q) + cos((p - q) / 100) for d_model = 4 (the identity
-    the exercise leads to), independently of the library's table."""
+    """PE(p) . PE(q) = sum_i cos((p - q) w_i), w_i = 10000^(-2i/6), for d_model = 6
+    (the identity the exercise leads to), independently of the library's table."""
     import math
 
+    def cosines(offset: int) -> float:
+        return sum(math.cos(offset * 10000.0 ** (-2 * i / 6)) for i in range(3))
+
     got = g03._expected_dots()
-    assert got["pe1_dot_pe3"] == pytest.approx(math.cos(2) + math.cos(0.02), abs=1e-6)
-    assert got["pe30_dot_pe32"] == pytest.approx(math.cos(2) + math.cos(0.02),
-                                                 abs=1e-6)
-    assert got["pe1_dot_pe4"] == pytest.approx(math.cos(3) + math.cos(0.03), abs=1e-6)
+    assert got["pe1_dot_pe3"] == pytest.approx(cosines(2), abs=1e-6)
+    assert got["pe30_dot_pe32"] == pytest.approx(cosines(2), abs=1e-6)
+    assert got["pe1_dot_pe4"] == pytest.approx(cosines(3), abs=1e-6)
+
+
+def test_hand_computation_mistakes_are_far_outside_the_tolerance() -> None:
+    """Every known mistake of the d_model = 6 hand computation is at least 100 times
+    the grader's tolerance away from the right value (the closest, the factor-2
+    exponent, is 4.3e-3 away)."""
+    expected = g03._expected_dots()
+    for name, (p, q) in g03._PAIRS.items():
+        for m in g03._dot_mistakes(p, q):
+            assert abs(m.answer - expected[name]) >= 100 * g03._DOT_ATOL, (name, m.slug)
 
 
 def test_exercise_3_asks_for_values_chapter_3_does_not_print() -> None:
     """Issue 19: the chapter works offsets 1, 5 and 6; the exercise asks for offsets 2
     and 3, and no public message of the hand computation gives a number or the
-    offset property away."""
+    offset property away. Issue 33: the exercise's width, 6, is not the chapter's
+    hand-worked width, 4."""
     chapter = (ROOT / "book" / "03-rotation.md").read_text()
+    assert g03._HAND_D_MODEL != 4
+    assert f"d_\\text{{model}} = {g03._HAND_D_MODEL}" not in chapter
     for p, q in g03._PAIRS.values():
         assert f"PE({p}) . PE({q})" not in chapter and f"PE({p}) \\cdot PE({q})" \
             not in chapter

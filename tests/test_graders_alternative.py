@@ -165,10 +165,13 @@ def test_correct_answer_off_by_a_few_ulps_scores_full_marks(
     assert capsys.readouterr().err == ""
 
 
+_OMEGA6 = (1.0, 10000.0 ** (-2 / 6), 10000.0 ** (-4 / 6))  # d_model = 6
+
+
 def _dots_closed_form() -> tuple[float, float, float]:
-    """PE(p) . PE(q) = sum_i cos((p - q) w_i), w = (1, 10000^(-2/4)), float64 math."""
+    """PE(p) . PE(q) = sum_i cos((p - q) w_i), w_i = 10000^(-2i/6), float64 math."""
     return tuple(
-        math.cos(p - q) + math.cos((p - q) * 10000**-0.5)
+        sum(math.cos((p - q) * w) for w in _OMEGA6)
         for p, q in ((1, 3), (30, 32), (1, 4))
     )
 
@@ -176,19 +179,19 @@ def _dots_closed_form() -> tuple[float, float, float]:
 def _dots_float32_tensors() -> tuple[float, float, float]:
     """The same dots from float32 sin/cos encodings and a float32 matmul."""
     pos = torch.arange(33, dtype=torch.float32)[:, None]  # (33, 1)
-    omega = torch.tensor([1.0, 0.01], dtype=torch.float32)  # (2,)
-    angles = pos * omega  # (33, 2)
-    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (33, 4)
+    omega = torch.tensor(_OMEGA6, dtype=torch.float32)  # (3,)
+    angles = pos * omega  # (33, 3)
+    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (33, 6)
     return tuple(float(pe[p] @ pe[q]) for p, q in ((1, 3), (30, 32), (1, 4)))
 
 
 def _dots_complex() -> tuple[float, float, float]:
     """Re(sum_i e^(i p w_i) conj(e^(i q w_i))) with torch.polar, in complex128."""
-    omega = torch.tensor([1.0, 0.01], dtype=torch.float64)
+    omega = torch.tensor(_OMEGA6, dtype=torch.float64)
     z = torch.polar(
-        torch.ones(33, 2, dtype=torch.float64),
+        torch.ones(33, 3, dtype=torch.float64),
         torch.arange(33, dtype=torch.float64)[:, None] * omega,
-    )  # (33, 2)
+    )  # (33, 3)
     return tuple(
         float((z[p] * z[q].conj()).sum().real) for p, q in ((1, 3), (30, 32), (1, 4))
     )
@@ -201,9 +204,9 @@ def _dots_complex() -> tuple[float, float, float]:
 def test_hand_computation_by_other_formulas_scores_full_marks(
     compute, ulps, capsys
 ) -> None:
-    # float32 answers carry about 4 float32 ulps of rounding (two products and two sums
-    # of values <= 1, about 5e-7 in all); the grader's 5e-6 leaves 10x room. A further
-    # ulps * eps64 relative move simulates another CPU's libm.
+    # float32 answers carry about 8 float32 ulps of rounding (six products and five
+    # sums of values <= 3, about 1e-6 in all); the grader's 5e-6 leaves 5x room.
+    # A further ulps * eps64 relative move simulates another CPU's libm.
     eps = np.finfo(np.float64).eps
     values = [v * (1 + ulps * eps) for v in compute()]
     from course_lib.checks import ex03_rotation as g03r

@@ -4,15 +4,22 @@
 (hidden cells). Expected answers come from :mod:`course_lib.rotation` and
 :mod:`course_lib.sinusoidal`, captured at import and computed before the student's
 code runs. Known wrong answers (the transposed block that rotates backwards, the block
-layout of the concatenated encoding, exponents off by a factor of 2, degrees instead of
+layout of the interleaved encoding, exponents off by a factor of 2, degrees instead of
 radians, ...) are computed here so that a wrong answer is named.
+
+Chapter 3 derives M(k) for the interleaved layout (blocks on (2i, 2i+1)); the exercise
+asks for the concatenated [sin | cos] layout (pair i on rows and columns i and
+i + d/2), which the chapter does not work out (issue 33). Its expected matrix is the
+library's interleaved M(k) with rows and columns permuted to that layout
+(:func:`_reference_offset_concat`).
 
 The hand computation is graded from three numbers, passed in this order::
 
     check_hand_computation(pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)
 
-(``PE(p) . PE(q)`` for the interleaved encoding with ``d_model = 4``, base 10000). The
-chapter works the offsets 1, 5 and 6 by hand; the exercise asks for offsets 2 and 3.
+(``PE(p) . PE(q)`` for the interleaved encoding with ``d_model = 6``, base 10000:
+three frequencies, 1, 10000^(-1/3) and 10000^(-2/3)). The chapter works
+``d_model = 4`` by hand; the exercise asks for a width it does not work out.
 No public message states the expected numbers or the property the exercise asks the
 student to find (that equal offsets give equal dot products).
 """
@@ -32,6 +39,7 @@ from ._core import (
     Mistake,
     call_student,
     expect_close,
+    hinted,
     known_mistake,
     passed,
 )
@@ -77,53 +85,61 @@ def _blocks(k: int, omega: torch.Tensor, *, concat: bool = False) -> torch.Tenso
     return m  # (d, d)
 
 
+def _reference_offset_concat(k: int, d_model: int) -> torch.Tensor:
+    """M(k) for the concatenated layout: PE_concat = P PE_interleaved with P the
+    permutation that lists the sine columns 0, 2, 4, ... then the cosine columns
+    1, 3, 5, ..., so M_concat = P M_interleaved P^T (rows and columns permuted)."""
+    order = torch.cat((torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)))
+    return _ref_offset_matrix(k, d_model)[order][:, order]  # (d_model, d_model)
+
+
 def _offset_mistakes(k: int, d_model: int) -> list[Mistake]:
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
     omega = 10000.0 ** (-two_i / d_model)
-    right = _blocks(k, omega)
+    right = _blocks(k, omega, concat=True)
     return [
-        Mistake(
+        hinted(Mistake(
             right.T,
-            "this is the transpose, the rotation by -k: it maps PE[p] to PE[p-k]. "
-            "With sin first, sin((p+k)w) = cos(kw) sin(pw) + sin(kw) cos(pw), so the "
-            "block is [[cos kw, sin kw], [-sin kw, cos kw]]",
-            "transposed",
+            "this is the transpose, the rotation by -k: it maps PE[p] to PE[p-k]",
+            "transposed"),
+            "expand sin((p+k)w) with the angle-addition formula and read which "
+            "coefficient multiplies cos(pw), the entry in column i + d/2 of row i"),
+        Mistake(
+            _blocks(k, omega),
+            "this matrix acts on the interleaved layout of chapter 3 (pair i on rows "
+            "2i and 2i+1); the exercise asks for the concatenated [sin | cos] layout, "
+            "where the sine of pair i is entry i and its cosine entry i + d/2",
+            "interleaved-layout",
         ),
         Mistake(
-            _blocks(k, omega, concat=True),
-            "this matrix acts on the concatenated [sin | cos] layout (pair i on rows "
-            "i and i + d/2); the exercise uses the interleaved layout, pair i on rows "
-            "(2i, 2i+1)",
-            "concatenated-layout",
-        ),
-        Mistake(
-            _blocks(k, 10000.0 ** (-2 * two_i / d_model)),
+            _blocks(k, 10000.0 ** (-2 * two_i / d_model), concat=True),
             "the exponent is off by a factor of 2: 10000^(2*(2i)/d) doubles the "
-            "column index; block i rotates by k * 10000^(-2i/d_model)",
+            "column index; pair i rotates by k * 10000^(-2i/d_model)",
             "exponent-4i",
         ),
         Mistake(
-            _blocks(k, 10000.0 ** (-(two_i / 2) / d_model)),
-            "the exponent is off by a factor of 2: it uses i instead of 2i; block i "
+            _blocks(k, 10000.0 ** (-(two_i / 2) / d_model), concat=True),
+            "the exponent is off by a factor of 2: it uses i instead of 2i; pair i "
             "rotates by k * 10000^(-2i/d_model)",
             "exponent-i-not-2i",
         ),
         Mistake(
-            _blocks(k, torch.ones_like(omega)),
-            "every block rotates by the same angle k; block i rotates by k * w_i with "
+            _blocks(k, torch.ones_like(omega), concat=True),
+            "every pair rotates by the same angle k; pair i rotates by k * w_i with "
             "w_i = 10000^(-2i/d_model)",
             "same-angle",
         ),
         Mistake(
-            _blocks(-k, omega, concat=True),
-            "this is the transposed matrix for the concatenated [sin | cos] layout",
-            "concatenated-transposed",
+            _blocks(-k, omega),
+            "this is the transposed matrix for the interleaved layout of chapter 3; "
+            "the exercise asks for the concatenated [sin | cos] layout",
+            "interleaved-transposed",
         ),
     ]
 
 
 def _check_offset(offset_matrix: Callable, k: int, d_model: int) -> torch.Tensor:
-    expected = _ref_offset_matrix(k, d_model)  # (d_model, d_model)
+    expected = _reference_offset_concat(k, d_model)  # (d_model, d_model)
     mistakes = _known(expected, _offset_mistakes(k, d_model))
     call = f"offset_matrix({k}, {d_model})"
     got = call_student(offset_matrix, k, d_model, call=call)
@@ -137,8 +153,9 @@ def _check_offset(offset_matrix: Callable, k: int, d_model: int) -> torch.Tensor
 
 
 def _check_shift_property(offset_matrix: Callable, k: int, d_model: int) -> None:
-    """PE[p + k] = M(k) @ PE[p] for every p of a table, with the student's M(k)."""
-    pe = _ref_sinusoidal_encoding(40, d_model).double()  # (40, d)
+    """PE[p + k] = M(k) @ PE[p] for every p of a concatenated [sin | cos] table, with
+    the student's M(k)."""
+    pe = _ref_sinusoidal_encoding(40, d_model, layout="concat").double()  # (40, d)
     call = f"offset_matrix({k}, {d_model})"
     got = call_student(offset_matrix, k, d_model, call=call)
     if not isinstance(got, torch.Tensor) or got.shape != (d_model, d_model):
@@ -148,7 +165,8 @@ def _check_shift_property(offset_matrix: Callable, k: int, d_model: int) -> None
     dst = pe[start + k : start + k + 40 - abs(k)]  # (n, d)
     expect_close(src @ got.double().T, dst,
                  what=f"{call} @ PE[p] for p = {start}..{start + 39 - abs(k)} "
-                      f"(row p - {start}) should be PE[p + {k}]",
+                      f"(row p - {start}) should be PE[p + {k}] ([sin | cos] "
+                      "layout)",
                  atol=1e-4, rtol=1e-4)
 
 
@@ -178,7 +196,7 @@ def grade_offset_matrix(offset_matrix: Callable) -> None:
         _check_shift_property(offset_matrix, k, d_model)
     a = _check_offset(offset_matrix, 2, 8).double()
     b = _check_offset(offset_matrix, 5, 8).double()
-    expect_close(a @ b, _ref_offset_matrix(7, 8).double(),
+    expect_close(a @ b, _reference_offset_concat(7, 8).double(),
                  what="offset_matrix(2, 8) @ offset_matrix(5, 8) (should be "
                       "offset_matrix(7, 8): shifts compose)", atol=1e-5, rtol=1e-4)
     passed("offset_matrix", public=False, detail=f"{len(cases)} offsets, properties")
@@ -186,8 +204,12 @@ def grade_offset_matrix(offset_matrix: Callable) -> None:
 
 # ---- the hand computation --------------------------------------------------------
 
-# The factor-2 exponent mistake changes PE(0) . PE(1) only by 5e-5: six decimals.
+# Six decimals: the closest known mistake (the factor-2 exponent) is 4.3e-3 away
+# from a right answer here (tests/test_checks_ex01_05.py computes the margins).
 _DOT_ATOL = 5e-6
+_HAND_D_MODEL = 6
+# the frequencies 10000^(-2i/6) of the three pairs: 1, 10000^(-1/3), 10000^(-2/3)
+_OMEGA = [10000.0 ** (-2 * i / _HAND_D_MODEL) for i in range(_HAND_D_MODEL // 2)]
 _PAIRS = {"pe1_dot_pe3": (1, 3), "pe30_dot_pe32": (30, 32), "pe1_dot_pe4": (1, 4)}
 
 
@@ -202,47 +224,49 @@ def _dot_with(omega: list[float], p: int, q: int, *, degrees: bool = False) -> f
 
 
 def _expected_dots() -> dict[str, float]:
-    pe = _ref_sinusoidal_encoding(33, 4).double()  # (33, 4): positions 0..32
+    pe = _ref_sinusoidal_encoding(33, _HAND_D_MODEL).double()  # (33, 6): 0..32
     return {name: float(pe[p] @ pe[q]) for name, (p, q) in _PAIRS.items()}
 
 
 def _dot_mistakes(p: int, q: int) -> list[Mistake]:
+    d = _HAND_D_MODEL
+    pairs = range(d // 2)
     return [
         Mistake(
-            _dot_with([1.0, 1e-4], p, q),
-            "the exponent is off by a factor of 2: the second pair (i = 1, columns 2 "
-            "and 3) has frequency 10000^(-2/4) = 1/100, not 10000^(-4/4)",
+            _dot_with([10000.0 ** (-4 * i / d) for i in pairs], p, q),
+            "the exponent is off by a factor of 2: pair i (columns 2i and 2i+1) has "
+            "frequency 10000^(-2i/6), not 10000^(-4i/6)",
             "exponent-4i",
         ),
         Mistake(
-            _dot_with([1.0, 10000 ** -0.25], p, q),
-            "the exponent is off by a factor of 2: it uses i instead of 2i; the second "
-            "pair has frequency 10000^(-2*1/4) = 1/100",
+            _dot_with([10000.0 ** (-i / d) for i in pairs], p, q),
+            "the exponent is off by a factor of 2: it uses i instead of 2i; pair i "
+            "has frequency 10000^(-2i/6)",
             "exponent-i-not-2i",
         ),
         Mistake(
-            _dot_with([1.0, 0.01], p, q, degrees=True),
+            _dot_with(_OMEGA, p, q, degrees=True),
             "the angles were taken in degrees; p / 10000^(2i/d) is in radians",
             "degrees",
         ),
         Mistake(
-            2.0,
-            "2 = d_model / 2 is PE(p) . PE(p), the dot product of a vector with "
+            float(d // 2),
+            "3 = d_model / 2 is PE(p) . PE(p), the dot product of a vector with "
             "itself; here the positions differ",
             "self-dot",
         ),
         Mistake(
-            sum(math.sin(p * w) * math.sin(q * w) for w in (1.0, 0.01)),
+            sum(math.sin(p * w) * math.sin(q * w) for w in _OMEGA),
             "only the sine products were summed; add cos(p w) cos(q w) for each pair",
             "sines-only",
         ),
         Mistake(
-            sum(math.cos(p * w) * math.cos(q * w) for w in (1.0, 0.01)),
+            sum(math.cos(p * w) * math.cos(q * w) for w in _OMEGA),
             "only the cosine products were summed; add sin(p w) sin(q w) for each pair",
             "cosines-only",
         ),
         Mistake(
-            sum(math.cos((p + q) * w) for w in (1.0, 0.01)),
+            sum(math.cos((p + q) * w) for w in _OMEGA),
             "this is a sum of cos((p + q) w): the identity is sin a sin b + cos a cos "
             "b "
             "= cos(a - b), with a minus",
@@ -273,7 +297,7 @@ def _as_number(name: str, value: object) -> float:
 
 def _check_dot(name: str, value: float, expected: float, *, public: bool) -> None:
     p, q = _PAIRS[name]
-    what = f"{name} (PE({p}) . PE({q}) for d_model = 4)"
+    what = f"{name} (PE({p}) . PE({q}) for d_model = {_HAND_D_MODEL})"
     # computed whatever the answer, so that the student edition stores them
     mistakes = _dot_mistakes(p, q)
     if abs(value - expected) <= _DOT_ATOL:
@@ -285,9 +309,8 @@ def _check_dot(name: str, value: float, expected: float, *, public: bool) -> Non
         raise CheckFailed(f"{what} = {value} is close to the right value but not "
                           f"within {_DOT_ATOL:g}: give at least 6 decimals, or an "
                           "exact expression with math.cos / math.sin")
-    hint = ("Hint: PE(p) . PE(q) = sum over the two pairs of sin(p w_i) sin(q w_i) + "
-            "cos(p w_i) cos(q w_i), with w_0 = 1 and w_1 = 10000^(-2/4), angles in "
-            "radians")
+    hint = ("Hint: PE(p) . PE(q) = sum over the three pairs of sin(p w_i) sin(q w_i) "
+            "+ cos(p w_i) cos(q w_i), with w_i = 10000^(-2i/6), angles in radians")
     if public:  # the public check does not give the number away
         raise CheckFailed(f"{what} = {value:.6f} is not right. {hint}")
     raise CheckFailed(f"{what}: expected {expected:.6f}, got {value:.6f}. {hint}")
