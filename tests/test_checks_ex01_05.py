@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -577,3 +579,41 @@ def test_an_answer_within_tolerance_is_never_called_a_known_mistake() -> None:
             rtol=0.0,
             mistakes=[mistake],
         )
+
+
+def test_the_model_answer_of_exercise_1_holds() -> None:
+    """Issue 33: the written answer asks for a transfer chapter 1 does not print;
+    its model answer's claims, checked in float64 on random inputs: cross-attention
+    is invariant in the encoder's tokens and equivariant in the decoder's; with a
+    distance bias b(|i - j|) the reversal keeps equivariance and a shuffle does not."""
+    gen = torch.Generator().manual_seed(1)
+    n, m, d = 6, 4, 8
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    y = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    w_q, w_k, w_v = torch.randn(3, d, d, generator=gen, dtype=torch.float64)
+
+    def attend(queries, keys, bias=0.0):
+        scores = (queries @ w_q) @ (keys @ w_k).T / math.sqrt(d) + bias
+        return scores.softmax(-1) @ (keys @ w_v)
+
+    shuffle_n = torch.eye(n, dtype=torch.float64)[[2, 0, 5, 1, 4, 3]]
+    shuffle_m = torch.eye(m, dtype=torch.float64)[[3, 1, 0, 2]]
+    out = attend(y, x)
+    assert torch.allclose(attend(y, shuffle_n @ x), out, atol=1e-12)
+    assert torch.allclose(attend(shuffle_m @ y, x), shuffle_m @ out, atol=1e-12)
+    assert not torch.allclose(attend(shuffle_m @ y, x), out, atol=1e-3)
+
+    pos = torch.arange(n, dtype=torch.float64)
+    bias = -0.5 * (pos[:, None] - pos[None, :]).abs()  # bidirectional ALiBi, m = 0.5
+    reverse = torch.eye(n, dtype=torch.float64).flip(0)
+    base = attend(x, x, bias)
+    assert torch.allclose(attend(reverse @ x, reverse @ x, bias), reverse @ base,
+                          atol=1e-12)
+    gap = (attend(shuffle_n @ x, shuffle_n @ x, bias) - shuffle_n @ base).abs().max()
+    assert gap > 1e-2
+    # only the identity and the reversal keep every distance |i - j| (n = 6)
+    keep = [
+        p for p in itertools.permutations(range(n))
+        if all(abs(p[i] - p[j]) == abs(i - j) for i in range(n) for j in range(n))
+    ]
+    assert keep == [tuple(range(n)), tuple(reversed(range(n)))]
