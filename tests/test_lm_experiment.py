@@ -477,3 +477,56 @@ def test_yarn_and_its_ablation_reach_the_rotary_table():
                                           dtype=torch.float64)
     pos = torch.arange(T, dtype=torch.float64)
     assert torch.allclose(tables["ramp"], (pos[:, None] * llama).cos(), atol=1e-12)
+
+
+def test_dynamic_ntk_token_by_token_uses_the_factor_of_each_position():
+    """lm_dynamic scores position p with the NTK base of s = max(1, (p + 1) / L)
+    over the window's first p + 1 tokens (issue 33: dynamic NTK run as dynamic).
+    With one window and blocks of one token the per-position NLL is visible:
+    below L it is plain RoPE's, at the window's last position it is NTK at T/L over
+    the whole window, and in between it differs from both."""
+    from course_lib.experiments.lm_dynamic import dynamic_nll_blocks
+
+    L, T = TINY.train_length, 4 * TINY.train_length
+    model, _ = train_lm("rope", 0, TINY, encode("the quick brown fox " * 30))
+    data = encode(load_corpus()[2][1][: T + 1])  # exactly one window of T
+    dyn, counts = dynamic_nll_blocks(model, data, T, block=1)  # (T,) per position
+    assert torch.equal(counts, torch.ones(T, dtype=torch.float64))
+    rope_extension(model, None)
+    plain, _ = nll_blocks(model, data, T, block=1)
+    rope_extension(model, {"method": "ntk", "factor": T / L})
+    whole, _ = nll_blocks(model, data, T, block=1)
+    rope_extension(model, None)
+    # causal attention: positions below L see only s = 1 frames in both
+    assert torch.allclose(dyn[:L], plain[:L], rtol=0, atol=1e-5)
+    assert torch.allclose(dyn[-1:], whole[-1:], rtol=0, atol=1e-5)
+    mid = slice(L + 1, T - 1)
+    assert not torch.allclose(dyn[mid], whole[mid], atol=1e-5)
+    assert not torch.allclose(dyn[mid], plain[mid], atol=1e-5)
+    # windows no longer than L: the dynamic score is plain RoPE's
+    short, _ = dynamic_nll_blocks(model, data, L, block=L)
+    ref, _ = nll_blocks(model, data, L, block=L)
+    assert torch.allclose(short, ref, rtol=0, atol=1e-4)
+
+
+def test_stored_dynamic_cells_pair_with_the_record():
+    """The stored dynamic-NTK cells use the record's seeds, text blocks and counts,
+    and the chapter's comparisons follow the margin rule."""
+    from course_lib.experiments import lm_report
+
+    rec = json.loads(RESULTS.read_text())
+    dyn = lm_report.load_dynamic()
+    assert dyn is not None and dyn["seeds"] == rec["seeds"]
+    assert dyn["code_sha256"] == rec["code_sha256"]
+    L = rec["settings"]["train_length"]
+    assert set(dyn["cells"]) == {str(m * L)
+                                 for m in rec["settings"]["extension_multipliers"]}
+    for T, cell in dyn["cells"].items():
+        assert cell["counts"] == rec["perplexity"]["nonoverlap"]["rope"][T]["counts"]
+        assert len(cell["blocks"]) == len(rec["seeds"])
+    comps = lm_report.dynamic_comparisons(rec, dyn)
+    for key, c in comps.items():
+        if key.startswith("dynppl/"):
+            assert 1 <= c.low <= c.ratio <= c.high
+        else:
+            assert c.verdict == lm_report.verdict({"low": c.low, "high": c.high})

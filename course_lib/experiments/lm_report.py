@@ -34,6 +34,8 @@ __all__ = [
     "reference_table",
     "comparisons",
     "comparison_table",
+    "load_dynamic",
+    "dynamic_comparisons",
 ]
 
 LABEL: dict[str, str] = {
@@ -278,3 +280,41 @@ def comparison_table(comps: dict[str, Comparison], keys: list[str]) -> str:
              f"[{comps[k].low:.3f}, {comps[k].high:.3f}]", comps[k].verdict]
             for k in keys if k in comps]
     return _table(["perplexity ratio", "ratio", "95 % interval", "verdict"], rows)
+
+
+def load_dynamic(path=None) -> dict | None:
+    """The stored dynamic-NTK cells (:mod:`course_lib.experiments.lm_dynamic`), or
+    None when the file is absent."""
+    import json
+    from pathlib import Path
+
+    from course_lib.experiments.lm_dynamic import DYNAMIC_PATH
+
+    p = DYNAMIC_PATH if path is None else Path(path)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def dynamic_comparisons(record: dict, dynamic: dict) -> dict[str, Comparison]:
+    """Dynamic NTK run token by token, against plain RoPE (``dyn/<T>``) and against
+    NTK at ``s = T/L`` for the whole window (``dynT/<T>``), at each stored length;
+    paired over seeds (the same re-trained models, checked by ``run_dynamic``).
+    Also ``dynppl/<T>``: the perplexity itself (a cell alone, as the tables)."""
+    if dynamic["seeds"] != record["seeds"]:
+        raise ValueError(f"dynamic_comparisons: seeds {dynamic['seeds']} differ from "
+                         f"the record's {record['seeds']}")
+    plain = record["perplexity"]["nonoverlap"]["rope"]
+    window = record["extension"]["nonoverlap"]["no_fine_tune"]["dynamic"]
+    boot = record["settings"]
+    out: dict[str, Comparison] = {}
+    label = "dynamic NTK, token by token"
+    for T, cell in dynamic["cells"].items():
+        out[f"dyn/{T}"] = compare(record, f"dyn/{T}", f"{label}, over plain RoPE at "
+                                  f"T = {T}", cell, plain[T])
+        out[f"dynT/{T}"] = compare(record, f"dynT/{T}", f"{label}, over NTK at "
+                                   f"s = T/L for the whole window, at T = {T}", cell,
+                                   window[T])
+        c = contrast(cell, replicates=boot["bootstrap"], seed=boot["bootstrap_seed"])
+        out[f"dynppl/{T}"] = Comparison(f"dynppl/{T}", f"{label} at T = {T}",
+                                        c["ratio"], c["low"], c["high"], "", False,
+                                        c["se_text"])
+    return out
