@@ -563,6 +563,8 @@ PLAN_REFERENCES: dict[str, str | None] = {
     "grade_log_distance_bias": "_reference_bias",
     "grade_retained_skill": "_reference_retained",
     "grade_hand_computation": None,
+    # ex03 asks for the [sin | cos] layout: the library's offset_matrix, permuted
+    "grade_offset_matrix": "_reference_offset_concat",
 }
 
 
