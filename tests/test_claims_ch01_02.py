@@ -333,3 +333,39 @@ def test_chapter_2_does_not_overclaim_the_paper() -> None:
     assert "what follows is a reconstruction, not the authors' argument" in text
     assert "The numbers make it plain" not in text
     assert "$p\\,\\omega_0 = p$ is an integer, and float32 holds every integer" in text
+
+
+def test_heatmap_sentence_is_glued_and_the_ranges_shrink() -> None:
+    """Review O3 (issue 33): column 32 of the 64 x 64 table still spans about 0.59
+    over the 64 positions, so chapter 2 no longer says the right half 'barely changes
+    at all'; the ranges of the sine columns 32, 34, ..., 62 fall strictly, computed
+    here from the closed form sin(p * 10000^(-c/64)), and both quoted ranges are
+    glued."""
+    p = torch.arange(64, dtype=torch.float64)[:, None]
+    cols = torch.arange(32, 64, 2, dtype=torch.float64)
+    sines = torch.sin(p * 10000.0 ** (-cols / 64))  # (64, 16)
+    ranges = sines.max(0).values - sines.min(0).values
+    assert torch.all(ranges.diff() < 0)
+    assert ranges[0] > 0.5 and ranges[-1] < 0.01
+    text = CH2.read_text(encoding="utf-8")
+    assert "barely changes at all" not in text
+    for name in ("heat_range_32", "heat_range_62"):
+        assert f'glue("{name}"' in text and f"{{glue:text}}`{name}:" in text
+
+
+def test_chapter_2_does_not_name_the_cumsum_of_exercise_2() -> None:
+    """Review G2 (issue 33): exercise 2 asks for the position ids without a loop; the
+    chapter defines them by the count of real tokens before each slot and does not
+    name the cumulative sum that computes them (the solution, in the open edition's
+    dropdown only)."""
+    from course_lib.grading.editions.launch import strip_open_only
+
+    prose = strip_open_only(CH2.read_text(encoding="utf-8"))
+    assert "cumulative sum" not in prose and "cumsum" not in prose
+
+
+def test_chapter_1_says_what_n_and_d_are() -> None:
+    """Notation N2 (issue 33): chapter 1's n is the number of tokens (L elsewhere), not
+    a position, and its d is d_model; the chapter says so."""
+    text = " ".join(CH1.read_text(encoding="utf-8").split())
+    assert "$n$ is the number of tokens, which the other chapters call $L$" in text

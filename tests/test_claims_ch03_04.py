@@ -18,10 +18,12 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import course_lib as cl
+from course_lib import viz
 
 ROOT = Path(__file__).resolve().parent.parent
 CH3 = ROOT / "book" / "03-rotation.md"
@@ -82,6 +84,32 @@ def test_offset_matrix_attention_is_nearly_flat_until_scaled_up() -> None:
     for name in ("rot_attn_top", "rot_attn_next", "rot_attn_top_c8"):
         assert f'glue("{name}"' in text and f"{{glue:text}}`{name}:" in text
     assert "every position attends to the one" not in text
+
+
+def test_hand_dot_figure_shows_both_sides_and_its_caption_is_glued() -> None:
+    """Review S1 (issue 33): the anchors of fig-rot-hand-dot leave offsets on both
+    sides, so the caption's peaks at +-2 pi and +-4 pi are in the plotted data; the
+    caption's numbers are glued from the figure's lines, and the rotation section
+    writes its offset k, not j (N2)."""
+    n, anchors = 60, (20, 25)
+    text = CH3.read_text(encoding="utf-8")
+    assert f"viz.plot_dot_product_vs_distance({n}, 4, anchors={anchors})" in text
+    fig = viz.plot_dot_product_vs_distance(n, 4, anchors=anchors)
+    (k_a, y_a), (k_b, _) = (line.get_data() for line in fig.axes[1].lines[:2])
+    k = np.arange(-max(anchors), n)
+    curve = np.cos(k) + np.cos(k / 100)  # the closed form, d_model = 4
+    inner = (curve[1:-1] > curve[:-2]) & (curve[1:-1] > curve[2:])
+    peaks = k[1:-1][inner]
+    for target in (2 * math.pi, 4 * math.pi):
+        for sign in (1, -1):
+            nearest = round(sign * target)
+            assert nearest in peaks and nearest in k_a and nearest in k_b
+    caption = text[text.index("name: fig-rot-hand-dot") - 900 :]
+    caption = caption[: caption.index("name: fig-rot-hand-dot")]
+    for name in ("len", "a", "b", "lo", "hi", "peak1", "peak2"):
+        assert f"{{glue:text}}`hand_dot_{name}`" in caption
+    assert "6.28" not in caption and "12.57" not in caption
+    assert "M(j)" not in text and "q + j" not in text
 
 
 def test_chapter_3_gives_both_of_vaswanis_reasons() -> None:
@@ -330,7 +358,37 @@ def test_all_ones_decay_caption() -> None:
         * torch.cos(torch.arange(251, dtype=torch.float64)[:, None] * theta).sum(-1),
     )
     assert score[250].item() == pytest.approx(0.3, abs=0.05)
-    assert "falls from 1 to about 0.3 over 250 positions" in CH4.read_text("utf-8")
+    # Not monotone (review M3): the minimum on [0, 250] lies below the end value, so
+    # the caption states both, glued from the plotted curves, and says "with ripples".
+    assert score.min().item() < score[250].item() - 0.05
+    assert 200 < int(score.argmin()) < 250
+    text = CH4.read_text("utf-8")
+    assert "falls from 1 to about 0.3 over 250 positions" not in text
+    assert "with ripples, to {glue:text}`decay_min:.2f`" in text
+    for name in (
+        "decay_min",
+        "decay_argmin",
+        "decay_end_1e4",
+        "decay_end_5e5",
+        "bound_250_1e4",
+        "bound_250_5e5",
+        "abel_loosest",
+        "longest_10000",
+        "longest_500000",
+        "slow_pairs_10000",
+        "slow_pairs_500000",
+    ):
+        assert f"{{glue:text}}`{name}" in text, name
+        prefix = name.rsplit("_", 1)[0]  # names glued in a loop: glue(f"prefix_...
+        assert f'glue("{name}"' in text or f'glue(f"{prefix}_' in text
+    assert "viz.plot_rope_decay(bases=(10_000.0, 500_000.0))" in text
+    for typed in (
+        "2.6\n      million",
+        "instead of 54 000",
+        "almost half",
+        "a few units",
+    ):
+        assert typed not in text, typed
 
 
 def test_chapter_4_states_the_papers_conventions() -> None:
@@ -371,6 +429,12 @@ def test_abel_bound_is_hundreds_of_times_the_score() -> None:
             assert score <= bound and bound > 100
             ratios.append(bound / max(score, 1e-12))
     assert sorted(ratios)[len(ratios) // 2] > 50
+    # Review M1: the chapter's assert is relative (bound > 10 |score|), not a constant
+    # that standard-normal scores of standard deviation sqrt(64) = 8 can exceed.
+    assert min(ratios) > 10
+    text = " ".join(CH4.read_text("utf-8").split())
+    assert "assert bound > 10 * abs(score)" in text
+    assert "of order $\\sqrt d = 8$" in text
 
 
 @pytest.mark.parametrize("r", [10, 100, 250, 1000])

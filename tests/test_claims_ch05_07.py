@@ -414,3 +414,40 @@ def test_chapter_7_gives_the_mask_its_own_reason_and_per_segment_positions_their
     content = q @ k.transpose(-2, -1)  # term (a), no mask, no position
     changed = q @ k2.transpose(-2, -1)
     assert (changed - content)[0, 0, 1, 2].abs() > 0  # query 1 sees token 2
+
+
+def test_why_it_works_listing_is_open_edition_only_and_right() -> None:
+    """Review G4 (issue 33): chapter 7's index bookkeeping (which padded entry each
+    output entry reads), which with the pad is a complete rel_shift, is a static
+    listing in the open edition only. The listing runs here: its asserts hold, and
+    gathering the padded matrix at (src_row, src_col) reproduces the library's shift
+    on every entry, the masked leftovers included."""
+    from course_lib.grading.editions.launch import strip_open_only
+
+    text = CH7.read_text()
+    match = re.search(
+        r"```python\n(# position in memory order of each output entry\n.*?)```",
+        text,
+        re.S,
+    )
+    assert match, "the 'why it works' listing is missing"
+    listing = match.group(1)
+    assert "src_row" not in _code(CH7)  # no longer an executed cell
+    assert "src_row" not in strip_open_only(text)  # and not in the class edition
+    q_len, k_len = 3, 5
+    rows = torch.arange(q_len)[:, None]
+    cols = torch.arange(k_len)[None, :]
+    scope = {
+        "torch": torch,
+        "cl": cl,
+        "q_len": q_len,
+        "k_len": k_len,
+        "rows": rows,
+        "cols": cols,
+        "print": lambda *a: None,
+    }
+    exec(listing, scope)  # noqa: S102 - the chapter's own listing, asserts included
+    x = torch.randn(q_len, k_len, generator=torch.Generator().manual_seed(3))
+    padded = torch.cat((torch.zeros(q_len, 1), x), dim=1)
+    gathered = padded[scope["src_row"], scope["src_col"]]
+    assert torch.equal(gathered, cl.rel_shift(x))

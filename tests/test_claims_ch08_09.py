@@ -323,3 +323,51 @@ def test_fire_is_stated_with_its_learned_threshold() -> None:
     assert normalised.min() >= 0 and normalised.max() <= 1
     # below the threshold a short row does not reach 1: early queries are not stretched
     assert normalised[100].max() < 0.75
+
+
+def test_chapter_8_says_the_papers_evidence_is_text_classification() -> None:
+    """Review M5 (issue 33): Wu et al.'s five benchmarks are text classification; the
+    causal, cached, longer-than-training use is the course's extension; ALiBi's
+    section 5 is cited for the one remark on multiplicative biases in language
+    modelling. Review M6: FlashAttention is cited for fused attention in general, the
+    PyTorch SDPA documentation and source for an additive float mask."""
+    text = " ".join(CH8.read_text(encoding="utf-8").split())
+    assert text.count("text classification") >= 3
+    assert "is the course's extension of the method" in text
+    assert "({cite}`press2022alibi`, §5)" in text
+    assert "kernels that take additive masks: {cite}`dao2022flashattention`" not in text
+    assert "Fused attention in general: {cite}`dao2022flashattention`" in text
+    assert "{cite}`pytorchsdpadocs`" in text
+
+
+def test_chapter_9_erratum_fixes() -> None:
+    """Issue 33 review of chapter 9: M4 the encoding adds to the mean square, not the
+    variance (a constant at a fixed position); M8 prose and figure of the doubled
+    exponent use one width, d_model = 64, and the counts are glued (and are about
+    double: 10 and 21 of 32 pairs turn by less than one radian over 512 tokens,
+    computed here); O1 the twice-shifted table removes relative, not all, position
+    information; G2 the one-token correction of erratum 5 is open-edition only."""
+    from course_lib.grading.editions.launch import strip_open_only
+
+    text = CH9.read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    assert "the total variance per coordinate is $d_{\\text{model}} + 1$" in flat
+    assert (
+        "the encoding adds to the *mean square* (second moment), not to the variance"
+        in flat
+    )
+    assert "it is $d_{\\text{model}} + \\tfrac12$" not in flat
+    counts = {}
+    for base in (1e4, 1e8):
+        omega = base ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+        counts[base] = int((omega * 511 < 1.0).sum())
+    assert counts[1e8] > 1.8 * counts[1e4]
+    assert "d_model, length = 64, 512  # the width of the figure" in text
+    for name in ("exp_still_paper", "exp_still_doubled"):
+        assert f"{{glue:text}}`{name}`" in text
+    assert "receives no position information at all" not in flat
+    assert "receives no *relative*-position information" in flat
+    class_text = " ".join(strip_open_only(text).split())
+    assert "the subtraction comes after the masking" not in class_text.lower()
+    assert "(\\operatorname{cumsum}(m) - 1)" not in class_text
+    assert "minus_one_after_mask" not in text

@@ -135,3 +135,30 @@ def test_class_edition_leaves_the_graded_steps_to_the_exercises() -> None:
     )
     assert "cl.alibi_slopes(12).log2()).tolist()" not in ch5_cells
     assert "cl.alibi_slopes(16).log2().tolist()" not in ch5_cells
+
+
+@pytest.mark.parametrize(
+    ("chapter", "listing"),
+    [
+        ("05-alibi", ":pyobject: alibi_bias_bloom_style"),
+        ("06-relative", ":pyobject: relative_position_index"),
+    ],
+)
+def test_near_answers_are_listed_in_the_open_edition_only(
+    chapter: str, listing: str
+) -> None:
+    """Issue 33, review G5 and G6: the Bloom-style ALiBi listing (the graded
+    alibi_bias with j for -|i' - j|) and relative_position_index (the clipped rows
+    Shaw's attention needs) stay in the open edition; the class edition names the
+    function and its formula only."""
+    text = (ROOT / "book" / f"{chapter}.md").read_text()
+    assert listing in text
+    assert listing not in strip_open_only(text)
+
+
+def test_chapter_4_prints_no_permutation_of_exercise_4() -> None:
+    """Review G6: chapter 4 no longer prints interleaved_to_half_permutation's
+    output (an exercise-4 target); the prose states P as evens-then-odds."""
+    text = (ROOT / "book" / "04-rope.md").read_text()
+    assert 'print("P =", P.tolist())' not in text
+    assert "evens-then-odds" in text

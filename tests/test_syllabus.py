@@ -445,3 +445,52 @@ def test_page_runs_in_a_student_repository(tmp_path: Path) -> None:
     _check_points_table(_output_with(outputs, "| exercise | autograded |"), releases)
     assert any("read from `notebooks/`" in o for o in outputs)
     assert any("which a class's student repository does not hold" in o for o in outputs)
+
+
+def test_intro_notation_table_matches_the_chapters() -> None:
+    """Issue 33, review S2 and N1-N2: the notation table separates d_model (token
+    vectors and added encodings, chapters 1-3) from d (the head width inside
+    attention, chapters 4-9, which is what 1/sqrt(d) scales by); the pair index i is
+    listed apart from the query index i; the ALiBi row names the head width; the
+    chapters that use n or j otherwise say so (chapter 1's n tokens, chapter 7's layer
+    n) and chapter 3 writes its offset k. Conventions are said to be tested where each
+    method is introduced, not in every chapter."""
+    text = INTRO.read_text(encoding="utf-8")
+    rows = dict(
+        (row[0], row[1])
+        for row in _table(text, "| symbol or name | meaning |")
+        if len(row) == 2
+    )
+    assert "head" not in rows["$d_\\text{model}$, `d_model`"]
+    assert "the scaling $1/\\sqrt{d}$ uses it" in rows["$d$, `head_dim`"]
+    assert "not* a query position" in rows["$i$ (in $\\omega_i$, $\\theta_i$)"]
+    assert "$d$ the head width" in text
+    assert "stated, converted and tested in every chapter" not in text
+    assert "chapters that introduce each method (2 and 4–7)" in " ".join(text.split())
+    ch = {
+        n: " ".join(p.read_text(encoding="utf-8").split()) for n, p in CHAPTERS.items()
+    }
+    assert "$n$ is the number of tokens" in ch[1]
+    assert "in this chapter $n$ is never a position" in ch[7]
+    assert "M(j)" not in ch[3] and "$A = M(k)$" in ch[3]
+    for n in (4, 5, 6, 8, 9):  # each defines d as the head width where it uses it
+        assert re.search(
+            r"head (width|dimension)|(dimension|width) of (a|one) head|head_dim",
+            ch[n],
+        ), n
+
+
+def test_syllabus_claims_only_what_ex05_grades() -> None:
+    """Review M7: ex05 grades the bias tensor (alibi_bias(n, seq_len)), not where it is
+    added, so 'place it after the scaling' is assessed by the chapter only; review N4:
+    the syllabus names both the exercise's and the library's conversion."""
+    text = PAGE.read_text(encoding="utf-8")
+    rows = {}  # the outcome rows of every chapter's table
+    for line in text.splitlines():
+        if line.startswith("| **"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+            rows[cells[0]] = cells[-1]
+    place = next(k for k in rows if k.startswith("**place** the bias"))
+    assert rows[place].startswith("chapter only")
+    assert not any("**place** it after" in k for k in rows)
+    assert "`rope_interleaved_to_half_weights(t, n_heads, head_dim)`" in text
