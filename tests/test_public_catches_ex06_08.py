@@ -51,9 +51,8 @@ PUBLIC_CATCHES = {
         "scores_r_ascending", "scores_u_v_swapped", "scores_unmasked",
     }),
     # Every mistake public: a large v (1000), a negative w, a small w over long
-    # distances, and the gradients with respect to w and v.
+    # distances.
     "da_rescale": (g08, z08, {
-        "rescale_where_switch", "rescale_through_numpy",
         "rescale_exponent_reversed", "rescale_literal_float64", "rescale_math_exp",
         "rescale_no_numerator", "rescale_ratio", "rescale_scales_distance_in_place",
         "rescale_sigmoid", "rescale_sign_flipped", "rescale_w_v_swapped",

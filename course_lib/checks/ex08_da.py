@@ -159,67 +159,6 @@ def _scalar(x: float) -> torch.Tensor:
     return torch.tensor(x)
 
 
-def _expected_rescale_gradient(distance: torch.Tensor, w: torch.Tensor,
-                               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of sum(R_hat) with respect to ``w`` and ``v`` (0-d), in float64,
-    in closed form: log R_hat = softplus(v) - softplus(v - w R), so
-    dR_hat/dv = R_hat (sigmoid(v) - sigmoid(v - w R)) and
-    dR_hat/dw = R_hat R sigmoid(v - w R); every factor is finite for every v."""
-    d, wd, vd = distance.double(), w.double(), v.double()
-    r_hat = _ref_rescale(d, wd, vd).double()  # (n,)
-    inner = torch.sigmoid(vd - wd * d)  # (n,)
-    grad_v = (r_hat * (torch.sigmoid(vd) - inner)).sum()
-    grad_w = (r_hat * d * inner).sum()
-    return grad_w, grad_v
-
-
-# Gradients: sums of up to 30 products of R_hat (at most e^6 in these cases) and
-# sigmoids, each within a few ulps of the dtype the student computes in; float32
-# gives ~1e-6 relative, so the value tolerance rtol 1e-4 holds, with an atol for sums
-# near 0 (dR_hat/dv at v = 1000 is ~e^-994). The cases keep v - wR below 20 wherever
-# dR_hat/dv matters: F.softplus returns x itself above 20, a relative error e^-20 in
-# the value but the whole of sigmoid(v) - sigmoid(v - wR) where both are near 1.
-_GRAD_ATOL = 1e-6
-
-
-def _check_rescale_gradient(fn, distance: torch.Tensor, w: float, v: float) -> None:
-    """w and v are learned: autograd through the student's R_hat must give finite
-    gradients equal to the closed form, also where e^v overflows."""
-    expected_w, expected_v = _expected_rescale_gradient(
-        distance, torch.tensor(w), torch.tensor(v))
-    w_leaf = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    v_leaf = torch.tensor(v, dtype=torch.float64, requires_grad=True)
-    call = (f"da_rescale({_fmt_arg(distance)}, tensor({w}, requires_grad=True), "
-            f"tensor({v}, requires_grad=True))")
-    got = call_student(fn, distance.clone(), w_leaf, v_leaf, call=call)
-    if not isinstance(got, torch.Tensor) or not got.requires_grad:
-        raise CheckFailed(
-            f"{call}: no gradient reaches w and v; R_hat must be computed with torch "
-            "operations on the tensors w and v (they are learned), not through "
-            ".item(), NumPy or a detached copy"
-        )
-    grad_w, grad_v = torch.autograd.grad(got.sum(), (w_leaf, v_leaf),
-                                         allow_unused=True)
-    for name, grad, want in (("w", grad_w, expected_w), ("v", grad_v, expected_v)):
-        what = f"the gradient of sum({call}) with respect to {name}"
-        if grad is None:
-            raise CheckFailed(f"{what} is missing: R_hat does not depend on {name}")
-        if not bool(torch.isfinite(grad).all()):
-            bad = "nan" if bool(grad.isnan().any()) else "inf"
-            raise CheckFailed(with_hint(
-                f"{what} is {bad}, where it is finite: w and v are learned, so "
-                "R_hat must be differentiable for every v, and an expression that "
-                "overflows anywhere in the computation (even in a branch a "
-                "torch.where discards) poisons the gradient.",
-                "torch.where differentiates both branches and multiplies the "
-                "discarded one's inf or nan by 0, which is nan: compute R_hat with "
-                "one expression that never overflows",
-                call,
-            ))
-        expect_close(grad.reshape(()), want, what=what, atol=_GRAD_ATOL, rtol=_RTOL,
-                     dtype="float")
-
-
 def check_da_rescale(fn) -> None:
     """Public check of ``da_rescale(distance, w, v)``."""
     gen = torch.Generator().manual_seed(80)
@@ -239,9 +178,6 @@ def check_da_rescale(fn) -> None:
     _check_rescale_case(
         fn, _arange(0, 1000, 37).float(), _scalar(0.004), _scalar(0.5)
     )
-    # w and v are learned: finite, right gradients, also where e^v overflows.
-    _check_rescale_gradient(fn, _arange(12).double(), 0.5, 1000.0)
-    _check_rescale_gradient(fn, _arange(10).double(), -0.4, 0.3)
     passed("da_rescale", public=True)
 
 
@@ -281,7 +217,7 @@ def _check_rescale_properties(fn, gen: torch.Generator) -> None:
 
 def grade_da_rescale(fn) -> None:
     """Hidden grader: the properties (1 at distance 0, bounded by 1 + e^v, monotone),
-    negative w, broadcasting over heads, large distances, gradients."""
+    negative w, broadcasting over heads, large distances."""
     gen = torch.Generator().manual_seed(81)
     _check_rescale_case(fn, _arange(12).float(), _scalar(0.5), _scalar(1.0))
     _check_rescale_properties(fn, gen)
@@ -302,14 +238,7 @@ def grade_da_rescale(fn) -> None:
     ]
     for distance, w, v in cases:
         _check_rescale_case(fn, distance, w, v)
-    gradients = ((_arange(12).double(), 0.5, 1000.0),
-                 (_arange(10).double(), -0.4, 0.3),
-                 (_arange(30).double(), -0.3, 500.0),
-                 (_arange(0, 1000, 37).double(), 0.004, 0.5))
-    for distance, w, v in gradients:
-        _check_rescale_gradient(fn, distance, w, v)
-    passed("da_rescale", public=False,
-           detail=f"{len(cases) + 2 + len(gradients)} cases")
+    passed("da_rescale", public=False, detail=f"{len(cases) + 2} cases")
 
 
 # --- da_attention

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -69,23 +68,6 @@ def rescale_exponent_reversed(distance, w, v):
 def rescale_clamped_at_one(distance, w, v):
     """Reads "R_hat lies between 1 and 1 + e^v" as a clamp: wrong for w < 0."""
     return _stable(distance, w, v).clamp(min=1.0)
-
-
-def rescale_where_switch(distance, w, v):
-    """e^(w R) where e^v is large, the literal ratio elsewhere: right values, but
-    torch.where also differentiates the discarded, overflowing branch: a nan gradient
-    (issue 33: w and v are learned)."""
-    literal = (1 + torch.exp(v)) / (1 + torch.exp(v - w * distance))
-    return torch.where(v > 30, torch.exp(w * distance) * torch.ones_like(literal),
-                       literal)
-
-
-def rescale_through_numpy(distance, w, v):
-    """Stable values through NumPy's logaddexp, but no gradient reaches w and v."""
-    d, wn, vn = (t.detach().double().numpy() for t in (distance, w, v))
-    out = np.exp(np.logaddexp(0.0, vn) - np.logaddexp(0.0, vn - wn * d))
-    return torch.from_numpy(np.asarray(out)).to(torch.promote_types(distance.dtype,
-                                                                    w.dtype))
 
 
 def rescale_calls_library(distance, w, v):
@@ -332,9 +314,6 @@ WRONG = {
         (rescale_ratio, "e^v overflows for large v", True),
         (rescale_sigmoid, "e^v overflows for large v", True),
         (rescale_literal_float64, "e^v overflows for large v", True),
-        # issue 33: w and v are learned, so the gradient must be finite and right
-        (rescale_where_switch, "is nan, where it is finite", True),
-        (rescale_through_numpy, "no gradient reaches w and v", True),
     ],
     "da_attention": [
         (attention_no_rescale, "R_hat is not applied", True),
