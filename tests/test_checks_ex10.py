@@ -14,8 +14,11 @@ from course_lib.checks import ex10_lab as g10
 
 
 def retained_sorted(summary, task, method, chance):
-    rows = sorted((r["length"], r["mean"]) for r in summary
-                  if r["task"] == task and r["method"] == method)
+    rows = sorted(
+        (r["length"], r["mean"])
+        for r in summary
+        if r["task"] == task and r["method"] == method
+    )
     base = rows[0][1]
     if base <= chance:
         return {n: math.nan for n, _ in rows}
@@ -24,8 +27,11 @@ def retained_sorted(summary, task, method, chance):
 
 def retained_first_row(summary, task, method, chance):
     """a(L) from the first row listed: right only when the rows come sorted."""
-    rows = [(r["length"], r["mean"]) for r in summary
-            if r["task"] == task and r["method"] == method]
+    rows = [
+        (r["length"], r["mean"])
+        for r in summary
+        if r["task"] == task and r["method"] == method
+    ]
     base = rows[0][1]
     if base <= chance:
         return {n: math.nan for n, _ in rows}
@@ -34,8 +40,11 @@ def retained_first_row(summary, task, method, chance):
 
 def retained_strict_chance(summary, task, method, chance):
     """nan only below chance: a(L) == c divides by zero."""
-    rows = sorted((r["length"], r["mean"]) for r in summary
-                  if r["task"] == task and r["method"] == method)
+    rows = sorted(
+        (r["length"], r["mean"])
+        for r in summary
+        if r["task"] == task and r["method"] == method
+    )
     base = rows[0][1]
     if base < chance:
         return {n: math.nan for n, _ in rows}

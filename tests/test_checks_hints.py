@@ -22,26 +22,60 @@ from course_lib.cli import build_parser
 
 # (public check, wrong implementation, words of the fix, the section the message names)
 CASES = [
-    (g11.check_yarn_attention_factor, z11.attention_squared,
-     "sqrt(1/t) = 0.1 ln(s) + 1", '"YaRN" of chapter 11'),
-    (g11.check_yarn_attention_factor, z11.attention_reciprocal, "not sqrt(t)",
-     '"YaRN" of chapter 11'),
-    (g11.check_yarn_correction_range, z11.range_turns_in_radians,
-     "a turn is 2 pi radians", '"YaRN" of chapter 11'),
-    (g11.check_yarn_correction_range, z11.range_ceil_both, "floor",
-     '"YaRN" of chapter 11'),
-    (g06.check_t5_relative_position_bucket, z06.bucket_rounded_up,
-     "round the logarithmic value down", '"Which offsets share a bucket" of chapter 6'),
-    (g06.check_t5_relative_position_bucket, z06.bucket_rounded_to_nearest,
-     "round the logarithmic value down", '"Which offsets share a bucket" of chapter 6'),
-    (g06.check_shaw_relative_attention, z06.shaw_no_value_term,
-     "sum their weights per table row",
-     '"Shaw et al.: relative key and value vectors" of chapter 6'),
-    (g07.check_rel_shift_bidirectional, z07.bishift_xlnet_without_pad,
-     "pad one zero column on the left",
-     '"Why the mask is mandatory after the shift" of chapter 7'),
-    (g08.check_da_rescale, z08.rescale_ratio, "take logarithms",
-     '"The distance function" of chapter 8'),
+    (
+        g11.check_yarn_attention_factor,
+        z11.attention_squared,
+        "sqrt(1/t) = 0.1 ln(s) + 1",
+        '"YaRN" of chapter 11',
+    ),
+    (
+        g11.check_yarn_attention_factor,
+        z11.attention_reciprocal,
+        "not sqrt(t)",
+        '"YaRN" of chapter 11',
+    ),
+    (
+        g11.check_yarn_correction_range,
+        z11.range_turns_in_radians,
+        "a turn is 2 pi radians",
+        '"YaRN" of chapter 11',
+    ),
+    (
+        g11.check_yarn_correction_range,
+        z11.range_ceil_both,
+        "floor",
+        '"YaRN" of chapter 11',
+    ),
+    (
+        g06.check_t5_relative_position_bucket,
+        z06.bucket_rounded_up,
+        "round the logarithmic value down",
+        '"Which offsets share a bucket" of chapter 6',
+    ),
+    (
+        g06.check_t5_relative_position_bucket,
+        z06.bucket_rounded_to_nearest,
+        "round the logarithmic value down",
+        '"Which offsets share a bucket" of chapter 6',
+    ),
+    (
+        g06.check_shaw_relative_attention,
+        z06.shaw_no_value_term,
+        "sum their weights per table row",
+        '"Shaw et al.: relative key and value vectors" of chapter 6',
+    ),
+    (
+        g07.check_rel_shift_bidirectional,
+        z07.bishift_xlnet_without_pad,
+        "pad one zero column on the left",
+        '"Why the mask is mandatory after the shift" of chapter 7',
+    ),
+    (
+        g08.check_da_rescale,
+        z08.rescale_ratio,
+        "take logarithms",
+        '"The distance function" of chapter 8',
+    ),
 ]
 
 
@@ -54,8 +88,9 @@ def _message(check, fn) -> str:
 @pytest.mark.parametrize(
     ("check", "fn", "fix", "section"), CASES, ids=[c[1].__name__ for c in CASES]
 )
-def test_the_fix_is_shown_only_when_asked_for(check, fn, fix, section, monkeypatch,
-                                              capsys) -> None:
+def test_the_fix_is_shown_only_when_asked_for(
+    check, fn, fix, section, monkeypatch, capsys
+) -> None:
     monkeypatch.delenv(_core.HINTS_VARIABLE, raising=False)
     plain = _message(check, fn)
     assert fix not in plain, plain
@@ -83,7 +118,8 @@ def test_a_mistake_without_a_hint_reads_as_before(monkeypatch) -> None:
     monkeypatch.setenv(_core.HINTS_VARIABLE, "1")
     m = _core.Mistake(0.0, "the slopes are reversed", "reversed-heads")
     assert str(_core.known_mistake("alibi_slopes(3)", m)) == (
-        "alibi_slopes(3) is wrong in a known way: the slopes are reversed")
+        "alibi_slopes(3) is wrong in a known way: the slopes are reversed"
+    )
 
 
 @pytest.mark.parametrize("value", ["", "0", "no"])
