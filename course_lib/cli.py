@@ -28,6 +28,7 @@ instructors (in the course folder, the one with nbgrader_config.py):
   course autograde ex05 --jobs 2
   course feedback ex05
   course report ex05
+  course similarity ex05
 
 Assignments can be named by their id (ex05_alibi) or its prefix (ex05).
 """
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_autograde(sub, quiet_opts, course_opts)
     _add_feedback(sub, quiet_opts, course_opts)
     _add_report(sub, quiet_opts, course_opts)
+    _add_similarity(sub, course_opts)
     _add_publish(sub)
     _add_doctor(sub)
     _add_lab(sub)
@@ -392,6 +394,29 @@ def _add_report(sub, quiet_opts, course_opts) -> None:
         type=Path,
         metavar="DIR",
         help="output folder (default: reports/<assignment>/, or reports/all/)",
+    )
+
+
+def _add_similarity(sub, course_opts) -> None:
+    """The ``course similarity`` command."""
+    p = sub.add_parser(
+        "similarity",
+        parents=[course_opts],
+        help="compare every student's answers with every other's, the public "
+        "solution and the bug zoo: pairs far above the class, side by side "
+        "(evidence to look at, never a grade)",
+        description="For each graded function: normalise every answer (the "
+        "release's code, comments, layout and names removed, independent "
+        "statements in one order), fingerprint it by winnowing (copydetect) and "
+        "compare all pairs; write reports/<assignment>/similarity/ (index.html, "
+        "pairs.csv, a side-by-side page per flagged pair). Changes no grade.",
+    )
+    p.add_argument("assignment", help="assignment id or prefix")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output folder (default: reports/<assignment>/similarity/)",
     )
 
 
@@ -673,6 +698,13 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_similarity(args) -> int:
+    from .grading.similarity import format_report, similarity
+
+    print(format_report(similarity(_course(args), args.assignment, args.out)))
+    return 0
+
+
 def _cmd_extend(args) -> int:
     from .grading import late
     from .grading.errors import CourseError
@@ -784,6 +816,7 @@ _COMMANDS = {
     "autograde": _cmd_autograde,
     "feedback": _cmd_feedback,
     "report": _cmd_report,
+    "similarity": _cmd_similarity,
     "lab": _cmd_lab,
     "publish": _cmd_publish,
     "doctor": _cmd_doctor,

@@ -18,6 +18,8 @@ orchestrator) with its backends :mod:`.pool` (local worker processes) and
 :mod:`.feedback` (with :mod:`.lms_return`, the zips that return it through
 Canvas and Moodle), :mod:`.report` (with :mod:`.mistakes`, what the class got wrong,
 and :mod:`.lms`, ``course report all`` and the files Canvas and Moodle import);
+:mod:`.similarity` (``course similarity``: answers far more alike than the class's,
+side by side, for a person to judge);
 :mod:`.course` (the course folder and its nbgrader
 configuration), :mod:`.gradebook`, :mod:`.synthetic` (scratch courses and classes
 for tests and benchmarks). :mod:`.errors` holds the one error every layer raises.
