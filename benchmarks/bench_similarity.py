@@ -66,16 +66,26 @@ def _bound(source: str, keep: set[str]) -> list[str]:
 
 
 def rename(source: str, keep: set[str], salt: str = "") -> str:
-    """The same text with every bound name replaced (not attributes, not strings,
-    not comments), by position of each NAME token."""
+    """The same text with every bound name replaced (not attributes, keywords,
+    strings or comments), by position of each NAME token."""
     names = _bound(source, keep)
     words = ["tmp", "val", "res", "acc", "buf", "cur", "aux", "out", "arr", "num"]
     mapping = {n: f"{words[i % len(words)]}{salt}_{i}" for i, n in enumerate(names)}
+    keywords = {  # f(dim=1): the keyword is the callee's name, not the code's
+        (k.lineno, k.col_offset)
+        for k in ast.walk(ast.parse(source))
+        if isinstance(k, ast.keyword) and k.arg
+    }
     lines = source.splitlines(keepends=True)
     edits = []
     prev = None
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NAME and tok.string in mapping and prev != ".":
+        if (
+            tok.type == tokenize.NAME
+            and tok.string in mapping
+            and prev != "."
+            and tok.start not in keywords
+        ):
             edits.append((tok.start, tok.end, mapping[tok.string]))
         if tok.type not in (tokenize.NL, tokenize.COMMENT):
             prev = tok.string

@@ -1005,13 +1005,16 @@ def _index(report: SimilarityReport) -> str:
             parts.append(
                 "<p>No answer found: " + html.escape(", ".join(r.missing)) + "</p>"
             )
-        if len(r.flagged) > MAX_PAGES:
-            parts.append(f"<p>Pages for the first {MAX_PAGES}; all in pairs.csv.</p>")
-        parts += ["<h3>Pairs of students</h3>", _pair_rows(r.flagged)]
-        parts += [
-            "<h3>Matches with the public solution and the bug zoo</h3>",
-            _pair_rows(r.reference_matches),
-        ]
+        for title, pairs in (
+            ("Pairs of students", r.flagged),
+            ("Matches with the public solution and the bug zoo", r.reference_matches),
+        ):
+            parts += [f"<h3>{title}</h3>", _pair_rows(pairs[:MAX_PAGES])]
+            if len(pairs) > MAX_PAGES:
+                parts.append(
+                    f"<p>The {MAX_PAGES} most similar of {len(pairs)}; all of them "
+                    "are in pairs.csv.</p>"
+                )
     return _page(f"Similar answers: {report.assignment}", "\n".join(parts))
 
 
