@@ -164,7 +164,8 @@ def test_exercise_3_asks_for_values_chapter_3_does_not_print() -> None:
     hand-worked width, 4."""
     chapter = (ROOT / "book" / "03-rotation.md").read_text()
     assert g03._HAND_D_MODEL != 4
-    assert f"d_\\text{{model}} = {g03._HAND_D_MODEL}" not in chapter
+    width = rf"d_\\text{{model}} = {g03._HAND_D_MODEL}(?!\d)"
+    assert not re.search(width, chapter), "chapter 3 works the exercise's width"
     for p, q in g03._PAIRS.values():
         assert f"PE({p}) . PE({q})" not in chapter and f"PE({p}) \\cdot PE({q})" \
             not in chapter
