@@ -326,13 +326,15 @@ def test_fire_is_stated_with_its_learned_threshold() -> None:
 
 
 def test_chapter_8_says_the_papers_evidence_is_text_classification() -> None:
-    """Review M5 (issue 33): Wu et al.'s five benchmarks are text classification; the
+    """Review M5 (issue 33): Wu et al.'s five benchmarks are no language modelling (text
+    classification by ALiBi's account, its section 5); the
     causal, cached, longer-than-training use is the course's extension; ALiBi's
     section 5 is cited for the one remark on multiplicative biases in language
     modelling. Review M6: FlashAttention is cited for fused attention in general, the
     PyTorch SDPA documentation and source for an additive float mask."""
     text = " ".join(CH8.read_text(encoding="utf-8").split())
     assert text.count("text classification") >= 3
+    assert "none of them language modelling" in text
     assert "is the course's extension of the method" in text
     assert "({cite}`press2022alibi`, §5)" in text
     assert "kernels that take additive masks: {cite}`dao2022flashattention`" not in text
