@@ -330,7 +330,7 @@ def _sort_segment(stmts: list[ast.stmt], blank: Mapping[str, str]) -> list:
     if len(stmts) < 2:
         return stmts
     effects = [_reads_writes(s) for s in stmts]
-    keys = [ast.unparse(_Rename(blank).visit(copy.deepcopy(s))) for s in stmts]
+    keys = [_blanked(ast.unparse(s), blank) for s in stmts]
     before = [
         {i for i in range(j) if _depends(effects[i], effects[j])}
         for j in range(len(stmts))
@@ -343,6 +343,15 @@ def _sort_segment(stmts: list[ast.stmt], blank: Mapping[str, str]) -> list:
         done.add(j)
         order.append(stmts[j])
     return order
+
+
+def _blanked(text: str, blank: Mapping[str, str]) -> str:
+    """``text``'s tokens with every bound name (not an attribute) as ``_``."""
+    toks = _TOKEN.findall(text)
+    return " ".join(
+        "_" if t in blank and (i == 0 or toks[i - 1] != ".") else t
+        for i, t in enumerate(toks)
+    )
 
 
 def _tokens(text: str) -> list[str]:
