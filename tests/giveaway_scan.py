@@ -319,7 +319,23 @@ def json_segments(where: str, data) -> list[Segment]:
                 for i, v in enumerate(x):
                     walk(v, f"{path}[{i}]")
 
+    scalars: list[str] = []
+
+    def strays(x):
+        if isinstance(x, dict):
+            for v in x.values():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    scalars.append(repr(float(v)))
+                else:
+                    strays(v)
+        elif isinstance(x, list):
+            for v in x:
+                strays(v)
+
     walk(data, "$")
+    strays(data)
+    if scalars:  # numbers held one by one (a factor per slider setting)
+        out.append(text_segment(f"{where} single numbers", " ".join(scalars)))
     return out
 
 
@@ -464,6 +480,56 @@ class Page:
         return None
 
 
+def _simple(v: float) -> bool:
+    """An integer or a multiple of 1/64 (0.5, 0.25, 1.0): any page may show it."""
+    return abs(v * 64 - round(v * 64)) < 1e-9
+
+
+def find_small_answers(page: Page, calls: list[GradedCall]) -> list[Finding]:
+    """Answers of fewer than three numbers (a YaRN attention factor, a correction
+    range), taken together per graded function: the page shows them when it holds
+    at least two of a function's distinct answer values that are not simple
+    (:func:`_simple`), each to at least 3 significant digits, with at least
+    :data:`MIN_DIGITS` digits in all (each value counted at the tightest tolerance
+    it is matched with). Anywhere on the page:
+    two hidden factors printed in two cells give both away."""
+    groups: dict[str, dict[float, str]] = {}
+    for c in calls:
+        values = flat_numbers(c.output)
+        if not 0 < len(values) < 3:
+            continue
+        for v in values:
+            if math.isfinite(v) and not _simple(v):
+                groups.setdefault(c.name, {}).setdefault(v, f"{c.kind} {c.call}")
+    findings = []
+    for name, answers in sorted(groups.items()):
+        if len(answers) < 2:
+            continue
+        shown, total, where = [], 0.0, []
+        for v, call in answers.items():
+            hit = page._hits(v, np.arange(page.values.size))
+            if not hit.any():
+                continue
+            best = int(np.flatnonzero(hit)[np.argmin(page.tols[hit])])
+            d = float(np.log10(abs(v) / (page.tols[best] + RTOL * abs(v))))
+            if d < 3:  # "1" for 1.35: the page does not resolve the value
+                continue
+            total += min(d, 7.0)
+            shown.append(call)
+            where.append(page.segments[int(page.seg[best])].where)
+        if len(shown) >= 2 and total >= MIN_DIGITS:
+            findings.append(
+                Finding(
+                    "; ".join(sorted(set(where))),
+                    f"{name}: {len(shown)} of its {len(answers)} distinct answers "
+                    f"({', '.join(shown)})",
+                    "as is",
+                    total,
+                )
+            )
+    return findings
+
+
 def find_answers(segments: list[Segment], calls: list[GradedCall]) -> list[Finding]:
     """Every graded output (in any of :func:`answer_forms`) that a page's segments
     show in full; one finding per call (its first form found)."""
@@ -485,7 +551,7 @@ def find_answers(segments: list[Segment], calls: list[GradedCall]) -> list[Findi
                 form = ans.form + (f", every {stride}th number" if stride > 1 else "")
                 findings.append(Finding(page.segments[seg].where, ans.label, form, d))
                 break
-    return findings
+    return findings + find_small_answers(page, calls)
 
 
 # --------------------------------------------------------------------------------------

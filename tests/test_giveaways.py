@@ -74,12 +74,10 @@ KNOWN: dict[str, str] = {
     "06-relative.md": "book/06-relative.md:326, the t5 interactive figure's JSON holds "
     "the causal buckets (32 buckets, max distance 128) of ex06's public case "
     "arange(-200, 201) and of a hidden (1, 40) case",
-    "09-conventions-errata.md": "book/09-conventions-errata.md:545 prints -log2 of "
-    "the library's slopes for 14 heads, whose first 12 are -log2 alibi_slopes(12) "
-    "(a hidden ex05 case), in order",
     "11-long-context.md": "book/11-long-context.md:417, the yarn interactive figure's "
-    "JSON holds the unscaled frequencies for d = 64 and 128 at base 10000: "
-    "rope_frequencies(64) and (128), hidden ex04 cases",
+    "JSON holds the unscaled frequencies for d = 64 and 128 at base 10000 "
+    "(rope_frequencies(64) and (128), hidden ex04 cases) and the attention factor "
+    "for s = 2, 4, 8 (yarn_attention_factor's public and hidden answers, ex11)",
 }
 
 
@@ -265,6 +263,12 @@ print(sorted(round(-v, 3) for v in cl.alibi_slopes({transformed}).log2().tolist(
 ```
 
 ```{{code-cell}} ipython3
+import math
+
+print([round(0.1 * math.log(s) + 1, 4) for s in ({small})])  # YaRN's factor
+```
+
+```{{code-cell}} ipython3
 def slopes_by_the_rule(n):
     closest = 2 ** (n.bit_length() - 1)
     first = 2.0 ** (-8.0 * torch.arange(1, closest + 1) / closest)
@@ -306,15 +310,39 @@ def planted(tmp_path_factory, runner, calls) -> tuple[dict, dict]:
             if all(p % q for q in range(2, p)) and 2 * p not in rope
         ),
     }
+    factors = sorted(
+        {
+            c.args[0]
+            for c in calls
+            if c.name == "yarn_attention_factor"
+            and len(c.args) == 1
+            and c.kind == "hidden"
+            and not scan._simple(c.output)
+        }
+    )
+    assert len(factors) >= 2, "the planted chapter needs two graded YaRN factors"
+    sizes["small"] = ", ".join(map(repr, factors[:2]))
     chapter = tmp_path_factory.mktemp("planted") / "book" / "99-planted.md"
     chapter.parent.mkdir()
     chapter.write_text(PLANTED.format(**sizes))
     return runner.scan(chapter), sizes
 
 
-@pytest.mark.parametrize("kind", ["printed", "glued", "plotted", "transformed"])
+@pytest.mark.parametrize(
+    "kind", ["printed", "glued", "plotted", "transformed", "small"]
+)
 def test_a_planted_giveaway_is_found(planted, kind: str) -> None:
     found, sizes = planted
+    if kind == "small":  # two scalar answers, each printed to 4 decimals
+        hits = [
+            f
+            for f in found["shown"]
+            if f["answer"].startswith("yarn_attention_factor: 2 of")
+        ]
+        assert hits and "printed output" in hits[0]["where"], report(found)
+        for s in sizes["small"].split(", "):
+            assert f"yarn_attention_factor({s})" in hits[0]["answer"]
+        return
     name = "rope_frequencies" if kind == "glued" else "alibi_slopes"
     want = {
         "printed": "printed output",
@@ -343,7 +371,17 @@ def test_a_planted_function_is_found_and_its_look_alikes_are_not(planted) -> Non
 def test_an_ungraded_input_or_a_wrong_rule_is_not_a_giveaway(planted) -> None:
     found, _ = planted
     control = PLANTED.format(
-        **{k: 0 for k in ("printed", "glued", "plotted", "transformed", "ungraded_d")}
+        **{
+            k: 0
+            for k in (
+                "printed",
+                "glued",
+                "plotted",
+                "transformed",
+                "ungraded_d",
+                "small",
+            )
+        }
     )
     line = (
         control.splitlines().index(
