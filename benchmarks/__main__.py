@@ -42,6 +42,10 @@ SCRIPTS = {
     "book": ("Book build", "benchmarks.bench_book"),
     "autograde": ("Autograde throughput", "benchmarks.bench_autograde"),
     "timeouts": ("What infinite loops cost a class", "benchmarks.bench_timeouts"),
+    "similarity": (
+        "Similar submissions: `course similarity`",
+        "benchmarks.bench_similarity",
+    ),
 }
 
 
