@@ -27,11 +27,16 @@ What is looked for, in every chapter (``book/NN-*.md``) as the class edition has
   library's own graded functions made to raise meanwhile; it is reported when it
   returns the reference's output on at least two informative inputs and on every
   input it accepts and runs on.
+* **Answers of one or two numbers** (a YaRN attention factor, a correction range)
+  are looked for together, per graded function, anywhere on the page: found when
+  at least two of its distinct answer values that are not simple (an integer, a
+  multiple of 1/64) appear, each to 3 significant digits or more, 8 in all
+  (``giveaway_scan.find_small_answers``).
 
 Limits (what this cannot see): an answer shown only in part (a slice, a truncated
 print of a large tensor), or with too little information to be told from a
-coincidence (fewer than three numbers, such as one YaRN attention factor or a YaRN
-correction range; integers that carry fewer than 8 digits in all, such as the
+coincidence (a single scalar answer, or only simple values such as integer
+correction ranges; integers that carry fewer than 8 digits in all, such as the
 position ids of a short mask; an answer that is an arithmetic progression, or a
 match on page numbers that are one, such as an axis); a transformation
 other than those above (a transpose, a product with another quantity); pixels of a
@@ -42,6 +47,10 @@ chapter cells compute inline); prose and math (``test_publish.py`` and
 ``test_class_edition_05_08.py`` read the text); hand-graded answers (ex10's
 questions, ex03's hand computation). Findings on today's chapters that remain are
 marked ``xfail(strict=True)`` in :data:`KNOWN`, naming the page.
+
+Cost: the graders' calls once (about 10 s), then every chapter run once in a fork
+(about 40 s of CPU for the thirteen chapters here; the library's stored experiment
+results are read, nothing is trained).
 """
 
 from __future__ import annotations
