@@ -254,7 +254,8 @@ def write_class(
 
 def evaluate(report, origin: dict) -> dict[str, dict]:
     """Per function: copiers, caught, the missed ones, independent pairs and how
-    many were flagged, independent students matched with the public solution."""
+    many were flagged, independent students matched with the public solution, the
+    most similar independent pair and the least similar copier to its source."""
     out = {}
     for result in report.results:
         org = origin[result.function]
@@ -277,7 +278,13 @@ def evaluate(report, origin: dict) -> dict[str, dict]:
             for b in people[i + 1 :]
             if org[a] != org[b]
         ]
+        score = _scores(result)
+        to_source = [
+            score(c, c.split("_of_")[-1] if "_of_" in c else "sol") for c in copiers
+        ]  # public_copy: the solution, as sol hands in
         out[result.function] = {
+            "lowest_copier_to_source": min(to_source),
+            "highest_independent": max(score(a, b) for a, b in pairs),
             "students": len(org),
             "copiers": len(copiers),
             "caught": len(caught),
@@ -291,6 +298,17 @@ def evaluate(report, origin: dict) -> dict[str, dict]:
             "median": result.median,
         }
     return out
+
+
+def _scores(result):
+    """Similarity of any two students, from their fingerprint sets."""
+    sets = {w: set(a.fp.hashes.tolist()) for w, a in result.answers.items()}
+
+    def score(a: str, b: str) -> float:
+        small = min(len(sets[a]), len(sets[b]))
+        return len(sets[a] & sets[b]) / small if small else 0.0
+
+    return score
 
 
 # --- scale -------------------------------------------------------------------------
@@ -334,8 +352,9 @@ def _table(assignments: list[str], workdir: Path) -> list[str]:
 
     rows = [
         "| assignment | function | students | copiers caught | independent pairs "
-        "flagged | independent students matching the public solution | cut-off |",
-        "|---|---|---:|---:|---:|---|---:|",
+        "flagged | independent students matching the public solution | cut-off "
+        "| most similar independent pair | least similar copier and its source |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for assignment in assignments:
         answers, origin = known_class(assignment)
@@ -347,7 +366,9 @@ def _table(assignments: list[str], workdir: Path) -> list[str]:
                 f"| {assignment} | `{f}` | {c['students']} | {c['caught']} of "
                 f"{c['copiers']}{missed} | {c['independent_flagged']} of "
                 f"{c['independent_pairs']} | "
-                f"{', '.join(c['independent_public']) or 'none'} | {c['cutoff']:.2f} |"
+                f"{', '.join(c['independent_public']) or 'none'} | {c['cutoff']:.2f} "
+                f"| {c['highest_independent']:.2f} "
+                f"| {c['lowest_copier_to_source']:.2f} |"
             )
     return rows
 
