@@ -495,10 +495,17 @@ def _matrix(fps: list[Fingerprint]) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.array([len(f.hashes) for f in fps], dtype=np.int64)
     if not sizes.sum():
         return np.zeros((len(fps), len(fps)), dtype=np.int64), sizes
-    _, inverse = np.unique(np.concatenate([f.hashes for f in fps]), return_inverse=True)
+    _, inverse, counts = np.unique(
+        np.concatenate([f.hashes for f in fps]),
+        return_inverse=True,
+        return_counts=True,
+    )
     rows = np.repeat(np.arange(len(fps)), sizes)
-    m = np.zeros((len(fps), int(inverse.max()) + 1), dtype=np.float32)
-    m[rows, inverse] = 1.0
+    # a fingerprint only one answer holds adds to no pair: its column is left out
+    held = counts[inverse] > 1
+    column = np.cumsum(counts > 1) - 1
+    m = np.zeros((len(fps), int((counts > 1).sum())), dtype=np.float32)
+    m[rows[held], column[inverse[held]]] = 1.0
     shared = np.rint(m @ m.T).astype(np.int64)  # counts < 2^24: exact in float32
     return shared, sizes
 
