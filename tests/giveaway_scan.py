@@ -573,16 +573,23 @@ def _same_output(got, want) -> bool:
 
 @contextlib.contextmanager
 def _alarm(seconds: int):
+    """At most ``seconds`` for the block (SIGALRM); an alarm already set (the
+    scan server's limit per chapter) is set again afterwards, less the time spent."""
+    import time
+
     def stop(signum, frame):
         raise TimeoutError
 
     old = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
+    earlier = signal.alarm(seconds)
+    start = time.monotonic()
     try:
         yield
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+        if earlier:
+            signal.alarm(max(1, earlier - int(time.monotonic() - start)))
 
 
 def functions_computing_answers(
