@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; this course needs Python 3.11 (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[lab,book,grading,test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[lab,book,grading,hub,test]'
 	@# Optional package that costs ~6 s at every jupyter/nbgrader start-up.
 	$(BIN)/python -m pip uninstall --quiet -y rfc3987-syntax || true
 	touch $(STAMP)
@@ -50,6 +50,13 @@ $(AXE):
 	npm install --silent --no-audit --no-fund --prefix _vendor/npm-axe axe-core@4
 	cp _vendor/npm-axe/node_modules/axe-core/axe.min.js _vendor/axe/
 	rm -rf _vendor/npm-axe
+
+# configurable-http-proxy, the proxy of the JupyterHub that tests/test_hub.py starts.
+CHP := _vendor/npm-chp/node_modules/.bin/configurable-http-proxy
+$(CHP):
+	@command -v npm >/dev/null || { echo "error: npm is needed once to fetch configurable-http-proxy for the hub test"; exit 1; }
+	rm -rf _vendor/npm-chp && mkdir -p _vendor/npm-chp
+	npm install --silent --no-audit --no-fund --prefix _vendor/npm-chp configurable-http-proxy@5
 
 $(SYSTEM_STAMP):
 	@mkdir -p _vendor
@@ -91,7 +98,7 @@ book: setup
 PYTEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST_PARALLEL = -n $(PYTEST_JOBS) --dist loadfile
 
-test: setup $(SYSTEM_STAMP) $(AXE)
+test: setup $(SYSTEM_STAMP) $(AXE) $(CHP)
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 test-fast: setup
