@@ -37,7 +37,7 @@ import os
 import re
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -407,8 +407,6 @@ class Finding:
     answer: str  # the call and its kind
     form: str
     digits: float
-    line: int = 0
-    extra: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         return (
