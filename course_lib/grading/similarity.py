@@ -216,26 +216,26 @@ class _FirstUse(ast.NodeVisitor):
     def __init__(self, bound: set[str]) -> None:
         self.bound, self.order = bound, {}
 
-    def _see(self, name: str | None) -> None:
+    def see(self, name: str | None) -> None:
         if name in self.bound and name not in self.order:
             self.order[name] = f"V{len(self.order)}"
 
     def visit_Name(self, node):
-        self._see(node.id)
+        self.see(node.id)
 
     def visit_arg(self, node):
-        self._see(node.arg)
+        self.see(node.arg)
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node):
-        self._see(node.name)
+        self.see(node.name)
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
     visit_ClassDef = visit_FunctionDef
 
     def visit_ExceptHandler(self, node):
-        self._see(node.name)
+        self.see(node.name)
         self.generic_visit(node)
 
 
@@ -271,8 +271,9 @@ def _is_stub_raise(stmt: ast.stmt) -> bool:
     return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
 
 
-def _reads_writes(stmt: ast.stmt) -> tuple[set[str], set[str]]:
-    """Names a statement reads and writes; ``obj.method(...)``, ``obj[i] = ...`` and
+def _reads_writes(stmt: ast.stmt, bound: set[str]) -> tuple[set[str], set[str]]:
+    """Names a statement reads and writes; ``obj.method(...)`` (for a name the cell
+    binds: ``torch.zeros`` changes no ``torch``), ``obj[i] = ...`` and
     ``obj.attr = ...`` write ``obj`` (they may change it)."""
     reads, writes = set(), set()
     if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -283,7 +284,7 @@ def _reads_writes(stmt: ast.stmt) -> tuple[set[str], set[str]]:
                 node.id
             )
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            writes.update(_base_names(node.func.value))
+            writes.update(_base_names(node.func.value) & bound)
         elif isinstance(node, ast.Attribute | ast.Subscript) and isinstance(
             node.ctx, ast.Store | ast.Del
         ):
@@ -304,54 +305,109 @@ def _depends(a: tuple[set, set], b: tuple[set, set]) -> bool:
     return bool(wa & (rb | wb) or ra & wb)
 
 
-def _canonical_order(stmts: list[ast.stmt], blank: Mapping[str, str]) -> list:
-    """``stmts`` (each block inside reordered first) in canonical order: between
-    fixed points, a topological sort of the dependencies taking the ready statement
-    whose text, bound names blanked, sorts first."""
-    for s in stmts:
+def _is_compound(stmt: ast.stmt) -> bool:
+    return any(isinstance(getattr(stmt, n, None), list) for n in _BODIES)
+
+
+class _Canon:
+    """Canonical order and numbering of the bound names, block by block, top down.
+
+    In each block, between fixed points, statements are taken in a topological
+    order of their dependencies; among those ready, the one whose key sorts first:
+    its tokens with the names numbered so far as their numbers (the arguments, the
+    names earlier statements defined) and the others as ``_`` (a compound
+    statement: its header, then its inner statements' keys sorted). A statement's
+    names are numbered when it is taken, before the blocks inside it."""
+
+    def __init__(self, bound: set[str]) -> None:
+        self.bound = bound
+        self.first = _FirstUse(bound)
+        self._parts: dict[int, tuple[list[str], list[list[str]]]] = {}
+
+    def _mapped(self, toks: list[str]) -> str:
+        order = self.first.order
+        return " ".join(
+            t
+            if i and toks[i - 1] == "."
+            else order.get(t) or ("_" if t in self.bound else t)
+            for i, t in enumerate(toks)
+        )
+
+    def key(self, stmt: ast.stmt) -> str:
+        parts = self._parts.get(id(stmt))
+        if parts is None:
+            if not _is_compound(stmt):
+                parts = (_TOKEN.findall(ast.unparse(stmt)), [])
+            else:
+                inner = [
+                    _TOKEN.findall(ast.unparse(n))
+                    for n in ast.walk(stmt)
+                    if isinstance(n, ast.stmt) and n is not stmt and not _is_compound(n)
+                ]
+                parts = (_TOKEN.findall(_header(stmt)), inner)
+            self._parts[id(stmt)] = parts
+        head, inner = parts
+        return " | ".join([self._mapped(head), *sorted(map(self._mapped, inner))])
+
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        segment: list[ast.stmt] = []
+        for s in stmts:
+            if isinstance(s, _BARRIERS):
+                out += self._segment(segment)
+                self._place(s)
+                out.append(s)
+                segment = []
+            else:
+                segment.append(s)
+        return out + self._segment(segment)
+
+    def _segment(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        effects = [_reads_writes(s, self.bound) for s in stmts]
+        before = [
+            {i for i in range(j) if _depends(effects[i], effects[j])}
+            for j in range(len(stmts))
+        ]
+        done: set[int] = set()
+        order = []
+        while len(order) < len(stmts):
+            ready = [
+                j for j in range(len(stmts)) if j not in done and before[j] <= done
+            ]
+            j = (
+                ready[0]
+                if len(ready) == 1
+                else min(ready, key=lambda j: (self.key(stmts[j]), j))
+            )
+            done.add(j)
+            self._place(stmts[j])
+            order.append(stmts[j])
+        return order
+
+    def _place(self, stmt: ast.stmt) -> None:
+        """Number the names ``stmt`` uses, its header first, then its blocks (each
+        put in canonical order)."""
+        if not _is_compound(stmt):
+            self.first.visit(stmt)
+            return
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            self.first.see(stmt.name)
+        for part, value in ast.iter_fields(stmt):
+            if part in (*_BODIES, "handlers"):
+                continue
+            for node in value if isinstance(value, list) else [value]:
+                if isinstance(node, ast.AST):
+                    self.first.visit(node)
         for name in _BODIES:
-            body = getattr(s, name, None)
+            body = getattr(stmt, name, None)
             if isinstance(body, list) and body:
-                setattr(s, name, _canonical_order(body, blank))
-        for h in getattr(s, "handlers", []) or []:
-            h.body = _canonical_order(h.body, blank)
-    out: list[ast.stmt] = []
-    segment: list[ast.stmt] = []
-    for s in stmts:
-        if isinstance(s, _BARRIERS):
-            out += _sort_segment(segment, blank) + [s]
-            segment = []
-        else:
-            segment.append(s)
-    return out + _sort_segment(segment, blank)
-
-
-def _sort_segment(stmts: list[ast.stmt], blank: Mapping[str, str]) -> list:
-    if len(stmts) < 2:
-        return stmts
-    effects = [_reads_writes(s) for s in stmts]
-    keys = [_blanked(ast.unparse(s), blank) for s in stmts]
-    before = [
-        {i for i in range(j) if _depends(effects[i], effects[j])}
-        for j in range(len(stmts))
-    ]
-    done: set[int] = set()
-    order = []
-    while len(order) < len(stmts):
-        ready = [j for j in range(len(stmts)) if j not in done and before[j] <= done]
-        j = min(ready, key=lambda j: (keys[j], j))
-        done.add(j)
-        order.append(stmts[j])
-    return order
-
-
-def _blanked(text: str, blank: Mapping[str, str]) -> str:
-    """``text``'s tokens with every bound name (not an attribute) as ``_``."""
-    toks = _TOKEN.findall(text)
-    return " ".join(
-        "_" if t in blank and (i == 0 or toks[i - 1] != ".") else t
-        for i, t in enumerate(toks)
-    )
+                setattr(stmt, name, self.block(body))
+            if name == "body":
+                for h in getattr(stmt, "handlers", []) or []:
+                    self.first.see(h.name)
+                    if h.type is not None:
+                        self.first.visit(h.type)
+                    h.body = self.block(h.body)
 
 
 def _tokens(text: str) -> list[str]:
@@ -422,10 +478,9 @@ def normalise(source: str, keep: Iterable[str] = ()) -> Normalised:
     binder = _Binder()
     binder.visit(tree)
     bound = binder.bound - set(keep)
-    tree.body = _canonical_order(tree.body, dict.fromkeys(bound, "_"))
-    first = _FirstUse(bound)
-    first.visit(tree)
-    _Rename(first.order).visit(tree)
+    canon = _Canon(bound)
+    tree.body = canon.block(tree.body)
+    _Rename(canon.first.order).visit(tree)
     out = Normalised([], [])
     _emit(tree.body, out)
     return out
