@@ -16,8 +16,8 @@ public solution with its variables renamed and its comments changed. The
 transformations here are written apart from the normalisation of
 :mod:`course_lib.grading.similarity`: text edits on tokens and lines, not its code.
 
-Counted per function: a copier is **caught** when ``course similarity`` flags a pair
-of it and a student of the same origin, or (for a copy of the solution) its match
+Counted per function: a copier is **caught** when ``course similarity`` flags the
+pair of it and the student it copied, or (for a copy of the solution) its match
 with the public solution; an **independent pair** is a pair of students of different
 origins, and is a false flag when flagged. The independent students' matches with
 the public solution are counted apart (``sol`` is the solution, and matches it by
@@ -266,9 +266,7 @@ def evaluate(report, origin: dict) -> dict[str, dict]:
         caught = [
             c
             for c in copiers
-            if any(
-                frozenset((c, x)) in flagged for x in org if x != c and org[x] == org[c]
-            )
+            if frozenset((c, _source(c))) in flagged
             or (org[c] == "solution" and c in public)
         ]
         people = sorted(org)
@@ -279,9 +277,7 @@ def evaluate(report, origin: dict) -> dict[str, dict]:
             if org[a] != org[b]
         ]
         score = _scores(result)
-        to_source = [
-            score(c, c.split("_of_")[-1] if "_of_" in c else "sol") for c in copiers
-        ]  # public_copy: the solution, as sol hands in
+        to_source = [score(c, _source(c)) for c in copiers]
         out[result.function] = {
             "lowest_copier_to_source": min(to_source),
             "highest_independent": max(score(a, b) for a, b in pairs),
@@ -298,6 +294,12 @@ def evaluate(report, origin: dict) -> dict[str, dict]:
             "median": result.median,
         }
     return out
+
+
+def _source(copier: str) -> str:
+    """The student a copier copied (``public_copy``: ``sol``, who hands in the
+    public solution)."""
+    return copier.split("_of_")[-1] if "_of_" in copier else "sol"
 
 
 def _scores(result):

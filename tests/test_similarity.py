@@ -6,8 +6,8 @@ are the independent students; copies of each, renamed, reformatted, reordered,
 with changed comments and all of these at once, and a disguised copy of the public
 solution are the copiers. Each class is written as submitted notebooks in a scratch
 course and goes through ``similarity`` as ``course similarity`` runs it. A copier is
-caught when a pair of it and a student of the same origin is flagged (or, for a copy
-of the solution, its match with the public solution). The test fails if one is
+caught when the pair of it and the student it copied is flagged (or, for a copy of
+the solution, its match with the public solution). The test fails if one is
 missed. Then: the pages show a student's ``<script>`` as text, unanswered stubs are
 not compared, the normalisation undoes each copier's edit and keeps dependent
 statements in order, and the scores are the same in another process.
