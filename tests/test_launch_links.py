@@ -22,6 +22,7 @@ import yaml
 from book_visits import visit
 
 from course_lib.grading.editions.launch import (
+    CHAPTER_SETUP_TAG,
     LaunchSettingsError,
     chapter_notebook,
     class_settings,
@@ -228,9 +229,12 @@ def test_class_chapter_notebook_has_no_solution_dropdown() -> None:
     marker = "{only} not class_edition"
     assert marker in open_nb and "Solution to exercise" in open_nb
     assert marker not in class_nb and "Solution to exercise" not in class_nb
-    # only the dropdowns go: every code cell stays
-    assert [c["source"] for c in json.loads(class_nb)["cells"]
-            if c["cell_type"] == "code"] == [
+    # only the dropdowns go: every code cell stays, after the chapter set-up cell
+    class_cells = json.loads(class_nb)["cells"]
+    assert class_cells[1]["metadata"]["tags"] == [CHAPTER_SETUP_TAG]
+    assert 'start_chapter("05-alibi")' in "".join(class_cells[1]["source"])
+    assert [c["source"] for i, c in enumerate(class_cells)
+            if c["cell_type"] == "code" and i != 1] == [
         c["source"] for c in json.loads(open_nb)["cells"] if c["cell_type"] == "code"]
 
 

@@ -237,6 +237,30 @@ def _settings(**launch):
     )
 
 
+def test_exercise_links_lead_to_the_published_chapter() -> None:
+    """An exercise notebook's link to its chapter's source (``book/*.md``, not in
+    the published tree) leads to the chapter's page: under the class book's
+    address, or in the tree's docs/ when that is unknown."""
+    from course_lib.grading.editions.publish import exercise_links
+
+    text = '"**Chapter:** [6. Relative](../../book/06-relative.md#t5-buckets)"'
+    assert exercise_links(text, STUDENT_PAGES) == (
+        f'"**Chapter:** [6. Relative]({STUDENT_PAGES}book/06-relative.html#t5-buckets)"'
+    )
+    assert exercise_links(text) == (
+        '"**Chapter:** [6. Relative](../../docs/book/06-relative.html#t5-buckets)"'
+    )
+    other = "[a page](https://example.org/book/06-relative.md) [b](06-relative.md)"
+    assert exercise_links(other, STUDENT_PAGES) == other  # not a chapter link
+    moved = 0
+    for path in sorted((ROOT / "notebooks").glob("*/*.ipynb")):
+        text = path.read_text(encoding="utf-8")
+        after = exercise_links(text, STUDENT_PAGES)
+        assert "../../book/" not in after, path.name
+        moved += after != text
+    assert moved == len(list((ROOT / "notebooks").glob("*/*.ipynb")))
+
+
 def test_the_class_book_address() -> None:
     """Where the feedback links and the class build's html.baseurl point:
     student_book_url, else the student repository's Pages site, else nowhere
@@ -585,7 +609,14 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     from course_lib.grading.feedback import teaching_links
 
     assert (published / "docs" / ".nojekyll").is_file()
-    followed = {"feedback": 0, "launch": 0, "relative": 0, "github": 0, "wheel": 0}
+    followed = {
+        "feedback": 0,
+        "launch": 0,
+        "relative": 0,
+        "github": 0,
+        "wheel": 0,
+        "notebook": 0,
+    }
     # the feedback's links, as course feedback writes them for this class
     for function in SECTIONS:
         _name, links = teaching_links(class_course, function)
@@ -634,6 +665,22 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     # the chapter notebooks' links lead into the student repository too
     for nb_path in sorted((published / "book" / "notebooks").glob("*.ipynb")):
         assert INSTRUCTOR_REPO not in nb_path.read_text(), nb_path.name
+    # every markdown link of a published notebook (an exercise's chapter link, a
+    # chapter's link to another) leads to a file of the tree or a page of docs/
+    for nb_path in sorted(published.rglob("*.ipynb")):
+        if "docs" in nb_path.relative_to(published).parts:
+            continue
+        for cell in json.loads(nb_path.read_text())["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for link in re.findall(r"\]\(([^)\s]+)\)", "".join(cell["source"])):
+                if link.startswith(STUDENT_PAGES):
+                    _assert_page(*_book_target(link, published), link)
+                    followed["notebook"] += 1
+                elif not re.match(r"[a-z]+:|#", link):
+                    target = nb_path.parent / unquote(link.split("#")[0])
+                    assert target.resolve().is_file(), (nb_path.name, link)
+                    followed["notebook"] += 1
     # the wheel each published notebook's set-up cell installs
     raw = f"https://raw.githubusercontent.com/{STUDENT_ORG}/{STUDENT_REPO}/main/"
     for nb_path in sorted(published.rglob("*.ipynb")):
@@ -649,6 +696,7 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     assert followed["launch"] >= 3 * 10  # three services, every chapter page
     assert followed["relative"] > 100 and followed["wheel"] > 20
     assert followed["github"] >= 10  # the chapters' "read it on GitHub" links
+    assert followed["notebook"] >= 11  # every exercise's chapter link at least
 
 
 # --- the open edition's Pages workflow --------------------------------------------

@@ -215,7 +215,13 @@ def _notebooks(tmp: Path) -> tuple[Path, Path, str]:
 def student_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (no system site-packages) with the student wheel, installed as
     the guide's hub recipe installs it, and its requirements."""
-    tmp = tmp_path_factory.mktemp("student-env")
+    return make_student_venv(wheel, tmp_path_factory.mktemp("student-env"))
+
+
+def make_student_venv(wheel: Path, tmp: Path, extra: tuple[str, ...] = ()) -> Path:
+    """``tmp/venv``: a fresh venv with CPU torch, ``wheel`` and its requirements,
+    and the packages ``extra`` (tests/test_class_notebooks_run.py adds the kernel a
+    notebook server gives, as Colab or a hub has it)."""
     venv = tmp / "venv"
     assert _run([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
@@ -235,6 +241,7 @@ def student_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-compile",
             torch_pin,
             str(wheel),
+            *extra,
         ],
         tmp,
     )

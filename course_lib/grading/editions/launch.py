@@ -72,6 +72,7 @@ __all__ = [
     "LaunchSettings",
     "book_page_url",
     "chapter_notebook",
+    "chapter_setup_cell",
     "class_book_url",
     "class_settings",
     "feedback_settings",
@@ -91,6 +92,8 @@ CONFIG_FILE = "_config.yml"
 TOC_FILE = "_toc.yml"
 CHAPTER_NOTEBOOK_DIR = "book/notebooks"
 SETUP_TAG = "course-setup"
+# the class edition's chapter set-up cell (chapter_setup_cell)
+CHAPTER_SETUP_TAG = "course-chapter-setup"
 
 # The one text of the set-up cell; ``{package}`` is the pip requirement of the student
 # package (``LaunchSettings.package``) as a Python string literal.
@@ -315,7 +318,10 @@ def setup_cell(settings: LaunchSettings) -> dict[str, Any]:
 
 
 def is_setup_cell(cell: dict[str, Any]) -> bool:
-    return SETUP_TAG in (cell.get("metadata", {}).get("tags") or [])
+    """The set-up cell, or a class-edition chapter notebook's chapter set-up cell
+    (:func:`chapter_setup_cell`): course machinery, not the chapter's content."""
+    tags = cell.get("metadata", {}).get("tags") or []
+    return SETUP_TAG in tags or CHAPTER_SETUP_TAG in tags
 
 
 def insert_setup_cell(nb: dict[str, Any], settings: LaunchSettings) -> bool:
@@ -326,7 +332,9 @@ def insert_setup_cell(nb: dict[str, Any], settings: LaunchSettings) -> bool:
     wanted = setup_cell(settings)
     if nb.get("nbformat_minor", 0) < 5 and nb.get("nbformat", 4) == 4:
         wanted.pop("id")  # cell ids exist from nbformat 4.5 on
-    others = [c for c in cells if not is_setup_cell(c)]
+    others = [
+        c for c in cells if SETUP_TAG not in (c.get("metadata", {}).get("tags") or [])
+    ]
     new = [wanted, *others]
     if _normal(new) == _normal(cells):
         return False
@@ -432,8 +440,57 @@ def chapter_notebook(
                 cell["source"] = strip_open_only(joined).splitlines(keepends=True)
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
+        elif class_edition and cell["cell_type"] == "markdown":
+            src = cell["source"]
+            joined = "".join(src) if isinstance(src, list) else src
+            moved = _CHAPTER_LINK.sub(_notebook_link, joined)
+            if moved != joined:
+                cell["source"] = moved.splitlines(keepends=True)
     insert_setup_cell(data, settings)
+    if class_edition:
+        data["cells"].insert(1, chapter_setup_cell(Path(page).name))
     return json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+# A markdown link from one chapter to another (``](05-alibi.md)``, with or without a
+# section): in the notebooks' folder the sibling is ``05-alibi.ipynb``.
+_CHAPTER_LINK = re.compile(
+    r"\]\((?P<name>[0-9][0-9A-Za-z_-]*)\.md(?P<anchor>#[^)\s]*)?\)"
+)
+
+
+def _notebook_link(match: re.Match) -> str:
+    return f"]({match.group('name')}.ipynb{match.group('anchor') or ''})"
+
+
+CHAPTER_SETUP_TEMPLATE = """\
+# Set-up of this chapter (not graded). Your own answers from your exercise notebooks
+# are used where they pass their public checks; a cell that needs an exercise you have
+# not solved yet shows a note and the course's stored output instead of an error.
+try:
+    from course_lib.chapter_runtime import start_chapter
+except ImportError:  # the full course package (an instructor's environment)
+    from course_lib.grading.editions.chapter_runtime import start_chapter
+
+start_chapter({chapter})"""
+
+
+def chapter_setup_cell(chapter: str) -> dict[str, Any]:
+    """The class edition's second cell of a chapter notebook: the student's own
+    answers, ``myst_nb.glue`` without myst_nb, and the stored output of a cell that
+    needs an unsolved exercise (:mod:`.chapter_runtime`)."""
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": CHAPTER_SETUP_TAG,
+        "metadata": {
+            "deletable": False,
+            "editable": False,
+            "tags": [CHAPTER_SETUP_TAG],
+        },
+        "outputs": [],
+        "source": CHAPTER_SETUP_TEMPLATE.format(chapter=json.dumps(chapter)),
+    }
 
 
 def write_chapter_notebooks(root: str | Path) -> list[Path]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -429,9 +430,20 @@ def _stub_library_module(
     return _stub_functions(text, stubs, keep_doc=True)
 
 
-def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
+# Where the student edition has :mod:`.chapter_runtime` (``course_lib.chapter_runtime``)
+# and the stored outputs of the chapters' cells (course publish), inside course_lib/.
+RUNTIME_MODULE = "chapter_runtime.py"
+CHAPTER_OUTPUTS = "data/chapter_outputs.json"
+
+
+def write_student_edition(
+    dest: Path, package: Path = PACKAGE, *, chapter_outputs: dict | None = None
+) -> Path:
     """Write the student edition of ``package`` to ``dest/course_lib`` (``dest`` must
-    not hold one already) and return that folder."""
+    not hold one already) and return that folder. ``chapter_outputs``: the stored
+    outputs of the chapter notebooks' cells (``{chapter: {cell key: outputs}}``, from
+    the book's build) that :mod:`.chapter_runtime` shows where a cell needs an
+    unsolved exercise."""
     out = Path(dest) / "course_lib"
     if out.exists():
         raise FileExistsError(f"{out} exists already: choose an empty folder")
@@ -465,10 +477,17 @@ def write_student_edition(dest: Path, package: Path = PACKAGE) -> Path:
             )
         sources[rel] = text
     sources = _prune_private(sources)
+    # what a class-edition chapter notebook runs in its set-up (launch.py)
+    runtime = package / "grading" / "editions" / "chapter_runtime.py"
+    sources[Path(RUNTIME_MODULE)] = runtime.read_text()
     for rel, text in sources.items():
         compile(text, str(rel), "exec")  # a transformation bug fails here, not later
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)
+    if chapter_outputs is not None:
+        path = out / CHAPTER_OUTPUTS
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(chapter_outputs, sort_keys=True), encoding="utf-8")
     return out
 
 
@@ -500,18 +519,18 @@ def _pyproject(package: Path) -> str:
         'include = ["course_lib*"]\n\n'
         "[tool.setuptools.package-data]\n"
         # every data file the edition copies (_DATA_FILES), paths from course_lib/
-        f'"course_lib" = {toml_list(list(_DATA_FILES))}\n'
+        f'"course_lib" = {toml_list([*_DATA_FILES, CHAPTER_OUTPUTS])}\n'
     )
 
 
-def build_student_wheel(dest_dir: Path) -> Path:
+def build_student_wheel(dest_dir: Path, *, chapter_outputs: dict | None = None) -> Path:
     """Build the student wheel (offline, no build isolation) into ``dest_dir`` and
-    return the ``.whl`` path."""
+    return the ``.whl`` path; ``chapter_outputs``: see :func:`write_student_edition`."""
     dest_dir = Path(dest_dir).resolve()  # pip runs in another folder
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="course-student-") as tmp:
         root = Path(tmp) / "src"
-        write_student_edition(root)
+        write_student_edition(root, chapter_outputs=chapter_outputs)
         (root / "pyproject.toml").write_text(_pyproject(PACKAGE))
         before = set(dest_dir.glob("*.whl"))
         run = subprocess.run(

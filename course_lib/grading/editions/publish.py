@@ -211,7 +211,7 @@ def _text_files(folder: Path):
             yield path
 
 
-def _copy_notebooks(root: Path, dest: Path) -> list[Path]:
+def _copy_notebooks(root: Path, dest: Path, book_url: str = "") -> list[Path]:
     src = root / "notebooks"
     written = []
     for path in sorted(src.rglob("*")):
@@ -221,12 +221,87 @@ def _copy_notebooks(root: Path, dest: Path) -> list[Path]:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
+        if target.suffix == ".ipynb":
+            text = target.read_text(encoding="utf-8")
+            moved = exercise_links(text, book_url)
+            if moved != text:
+                target.write_text(moved, encoding="utf-8")
         written.append(target)
     if not any(p.suffix == ".ipynb" for p in written):
         raise PublishError(
             f"{src} holds no release notebook; run `course release all` first"
         )
     return written
+
+
+# An exercise notebook's link to its chapter's source (``](../../book/05-alibi.md)``,
+# from ``notebooks/exNN_*/``): the published tree has no ``book/*.md``.
+_EXERCISE_CHAPTER_LINK = re.compile(
+    r"\]\(\.\./\.\./book/(?P<name>[^)#\s/]+)\.md(?P<anchor>#[^)\s]*)?\)"
+)
+
+
+def exercise_links(text: str, book_url: str = "") -> str:
+    """``text`` (a release notebook) with its links to a chapter's ``.md`` source
+    pointing at the chapter's published page: under ``book_url`` when the class
+    edition's address is known, else the page in the tree's ``docs/``."""
+    base = book_url.rstrip("/") + "/book/" if book_url else f"../../{BOOK_DIR}/book/"
+
+    def page(match: re.Match) -> str:
+        return f"]({base}{match.group('name')}.html{match.group('anchor') or ''})"
+
+    return _EXERCISE_CHAPTER_LINK.sub(page, text)
+
+
+def chapter_outputs(
+    executed: Path, root: Path, texts: dict[str, str], *, strict: bool = True
+) -> dict:
+    """``{chapter: {cell key: outputs}}``: the outputs of each chapter's code cells in
+    the book's build (``executed``: its ``jupyter_execute/`` folder), keyed by the
+    cell's source (:func:`.chapter_runtime.cell_key`), for the cells of the chapter
+    notebooks ``texts`` (page -> notebook text): what :mod:`.chapter_runtime` shows
+    where a cell needs an unsolved exercise. ``strict``: a cell of ``texts`` that the
+    build did not run (a stale build) stops publishing."""
+    import json
+
+    from .chapter_runtime import cell_key
+    from .launch import is_setup_cell
+
+    def source(cell: dict) -> str:
+        src = cell.get("source", "")
+        return "".join(src) if isinstance(src, list) else src
+
+    stored: dict[str, dict[str, list]] = {}
+    for page, text in texts.items():
+        path = executed / f"{page}.ipynb"
+        if not path.is_file():
+            raise PublishError(
+                f"the book's build left no executed notebook {path}: cannot store "
+                "the chapter's outputs"
+            )
+        built = {}
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                built[cell_key(source(cell))] = [
+                    {k: v for k, v in out.items() if k != "execution_count"}
+                    for out in cell.get("outputs", [])
+                    if out.get("output_type") != "error"
+                ]
+        cells = {}
+        for cell in json.loads(text)["cells"]:
+            if cell["cell_type"] != "code" or is_setup_cell(cell):
+                continue
+            key = cell_key(source(cell))
+            if key in built:
+                cells[key] = built[key]
+            elif strict:
+                raise PublishError(
+                    f"{page}: the book's build did not run the cell "
+                    f"{source(cell).strip().splitlines()[0][:60]!r}: the build is "
+                    "stale; publish again"
+                )
+        stored[Path(page).name] = cells
+    return stored
 
 
 def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
@@ -271,17 +346,37 @@ def _book_url(root: Path, log) -> str:
     return url
 
 
-def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
+def class_chapter_notebooks(root: Path) -> dict[str, str]:
+    """page -> text of the class edition's chapter notebook (the published
+    ``book/notebooks/*.ipynb``): no solution dropdowns, the chapter set-up cell, and
+    its links into the student repository when the class has one."""
+    from .launch import chapter_notebook, chapter_pages, class_settings, read_settings
+
+    settings = read_settings(root)
+    if settings is None:
+        raise PublishError(f"{root} has no _config.yml: it is not the course folder")
+    launch = class_settings(settings)
+    texts = {}
+    for page in chapter_pages(root):
+        text = chapter_notebook(root, page, launch or settings, class_edition=True)
+        if launch is not None:  # its links into the student repository
+            from .launch import rehome_links
+
+            text = rehome_links(text, settings, launch)
+        texts[page] = text
+    return texts
+
+
+def _write_launch_files(
+    out: Path, root: Path, wheel: Path, texts: dict[str, str], log
+) -> None:
     """The chapter notebooks, the releases' set-up cells and ``binder/`` of the
     student repository."""
     from .launch import (
-        chapter_notebook,
         chapter_notebook_path,
-        chapter_pages,
         class_settings,
         read_settings,
         refresh_setup_cells,
-        rehome_links,
         student_wheel_name,
     )
 
@@ -302,12 +397,9 @@ def _write_launch_files(out: Path, root: Path, wheel: Path, log) -> None:
         )
     else:
         refresh_setup_cells(sorted((out / "notebooks").rglob("*.ipynb")), launch)
-    for page in chapter_pages(root):
+    for page, text in texts.items():
         path = out / chapter_notebook_path(page)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = chapter_notebook(root, page, launch or settings, class_edition=True)
-        if launch is not None:  # its links into the student repository
-            text = rehome_links(text, settings, launch)
         path.write_text(text, encoding="utf-8")
     binder = out / "binder"
     binder.mkdir()
@@ -329,13 +421,15 @@ def _write(out: Path, root: Path, html_src: Path, book_url: str, log) -> Publish
     html = out / BOOK_DIR
     shutil.copytree(html_src, html, ignore=shutil.ignore_patterns(".buildinfo"))
     (html / ".nojekyll").write_text("", encoding="utf-8")  # serve _static/ as is
-    notebooks = _copy_notebooks(root, out / "notebooks")
+    notebooks = _copy_notebooks(root, out / "notebooks", book_url)
 
     from .library import build_student_wheel
 
+    texts = class_chapter_notebooks(root)
+    stored = chapter_outputs(html_src.parent / "jupyter_execute", root, texts)
     log("building the student wheel ...")
-    wheel = build_student_wheel(out / "dist")
-    _write_launch_files(out, root, wheel, log)
+    wheel = build_student_wheel(out / "dist", chapter_outputs=stored)
+    _write_launch_files(out, root, wheel, texts, log)
 
     checks = [(p, _BOOK_LEAKS) for p in _text_files(html)]
     checks += [(p, _BOOK_LEAKS) for p in _text_files(out / "book")]
@@ -359,7 +453,9 @@ def _write(out: Path, root: Path, html_src: Path, book_url: str, log) -> Publish
         "- `notebooks/`: the exercise notebooks; check one with "
         "`course check notebooks/<name>/<name>.ipynb`.\n"
         "- `book/notebooks/`: the chapters as notebooks (what the book's launch "
-        "buttons open).\n"
+        "buttons open); they use a student's answers from `notebooks/` where "
+        "those pass their public checks, and show the book's stored output "
+        "where a cell needs an exercise not solved yet.\n"
         f"- `dist/`: the student package: `pip install dist/{wheel.name}`.\n"
         "- `binder/`: the Binder environment (CPU torch, then the package of "
         "`dist/`).\n",
