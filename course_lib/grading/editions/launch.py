@@ -431,6 +431,24 @@ def chapter_notebook(
     nb.metadata["language_info"] = {"name": "python"}
     data = json.loads(jupytext.writes(nb, fmt="ipynb"))
     data["nbformat"], data["nbformat_minor"] = 4, 5
+    if class_edition:
+        notebooks = {Path(p).name for p in chapter_pages(root)}
+        # another page of the book: the published page (the class edition's
+        # address, or the tree's docs/ from book/notebooks/)
+        base = (
+            settings.book_url.rstrip("/") + "/book/"
+            if settings.student_repository
+            and settings.repository == settings.student_repository
+            and settings.book_url
+            else "../../docs/book/"
+        )
+
+        def links(match: re.Match) -> str:
+            name, anchor = match.group("name"), match.group("anchor") or ""
+            if name in notebooks:
+                return f"]({name}.ipynb{anchor})"
+            return f"]({base}{name}.html{anchor})"
+
     for i, cell in enumerate(data["cells"]):
         cell["id"] = f"cell-{i}"
         if class_edition:
@@ -443,7 +461,7 @@ def chapter_notebook(
         elif class_edition and cell["cell_type"] == "markdown":
             src = cell["source"]
             joined = "".join(src) if isinstance(src, list) else src
-            moved = _CHAPTER_LINK.sub(_notebook_link, joined)
+            moved = _CHAPTER_LINK.sub(links, joined)
             if moved != joined:
                 cell["source"] = moved.splitlines(keepends=True)
     insert_setup_cell(data, settings)
@@ -452,15 +470,12 @@ def chapter_notebook(
     return json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
 
 
-# A markdown link from one chapter to another (``](05-alibi.md)``, with or without a
-# section): in the notebooks' folder the sibling is ``05-alibi.ipynb``.
+# A markdown link from one page of the book to another (``](05-alibi.md)``, with or
+# without a section): in the class edition's chapter notebooks it leads to the
+# sibling notebook (``05-alibi.ipynb``) or to the published page.
 _CHAPTER_LINK = re.compile(
-    r"\]\((?P<name>[0-9][0-9A-Za-z_-]*)\.md(?P<anchor>#[^)\s]*)?\)"
+    r"\]\((?P<name>[0-9A-Za-z][0-9A-Za-z_-]*)\.md(?P<anchor>#[^)\s]*)?\)"
 )
-
-
-def _notebook_link(match: re.Match) -> str:
-    return f"]({match.group('name')}.ipynb{match.group('anchor') or ''})"
 
 
 CHAPTER_SETUP_TEMPLATE = """\
