@@ -15,6 +15,13 @@ Three things live here, all driven by the settings in ``_config.yml``:
   (``python -m course_lib.grading.editions.launch``, run by ``make notebooks``, ``make
   book`` and ``make release``, rewrites them; ``tests/test_launch_links.py`` fails when
   one is stale);
+* in the **class edition** of a chapter notebook (``course publish``, the class
+  book's download), a second cell, the *chapter set-up*
+  (:func:`chapter_setup_cell`), runs :func:`.chapter_runtime.start_chapter`: with
+  only the student wheel, the chapter runs top to bottom, using the student's own
+  answers where they pass their public checks and the build's stored output (with
+  a note) where a cell needs an exercise not solved yet; its links to other pages
+  lead to the sibling notebook or the published page;
 * a small **Sphinx extension** (listed in ``_config.yml``) that points the book's
   Binder, Colab and JupyterHub buttons and its ``.ipynb`` download at those notebooks
   (sphinx-book-theme would open the ``.md`` source, which Colab cannot read).
