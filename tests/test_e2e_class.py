@@ -313,6 +313,11 @@ def test_feedback_for_graded_and_ungradable(graded_class):
             assert "could not be graded" in text
         else:
             assert "could not be graded" not in text
+        # what nbgrader release_feedback opens in every feedback folder (it stops
+        # at the first folder without it): the submission's timestamp, graded or not
+        stamp = course.submitted_dir / student / A / "timestamp.txt"
+        copied = course.feedback_dir / student / A / "timestamp.txt"
+        assert copied.read_text() == stamp.read_text(), student
     hidden = (course.feedback_dir / "correct" / A / f"{A}.html").read_text()
     assert "grade_alibi_bias" in hidden  # nbgrader's own feedback page
 

@@ -72,6 +72,22 @@ _TEACHABLE = {
 }
 
 
+def _copy_submission_files(submitted, folder) -> None:
+    """Put beside an ungradable submission's page what nbgrader's feedback folder
+    of a graded one holds from the submission: every file but the notebooks
+    (``timestamp.txt``, and ``submission_secret.txt`` from nbgrader's exchange).
+    ``nbgrader release_feedback`` opens both in every feedback folder and stops at
+    the first folder without them, releasing nothing after it
+    (``exchange/default/release_feedback.py``, ``copy_files``)."""
+    import shutil
+
+    if not submitted.is_dir():
+        return
+    for path in submitted.iterdir():
+        if path.is_file() and path.suffix != ".ipynb":
+            shutil.copyfile(path, folder / path.name)
+
+
 def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
     """Where the book teaches ``function``: the section's name ("Chapter 5, section
     "The bias"") and ``(text, url)`` links: the book page at the section, then the
@@ -202,6 +218,7 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
             continue
         folder = course.feedback_dir / student / assignment
         folder.mkdir(parents=True, exist_ok=True)
+        _copy_submission_files(course.submitted_dir / student / assignment, folder)
         for nb in notebooks:
             page = folder / f"{nb}.html"
             page.write_text(
