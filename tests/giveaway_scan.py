@@ -746,6 +746,15 @@ def page_contents(md_path: Path, calls: list[GradedCall]) -> dict:
     root = md_path.resolve().parent.parent
     md_text = md_path.read_text()
     lines = md_text.splitlines()
+    if not (root / "_toc.yml").is_file():
+        # a chapter outside the course (a planted page, an old version from git):
+        # chapter_notebook reads the table of contents of the folder above it
+        import tempfile
+
+        root = Path(tempfile.mkdtemp())
+        (root / "book").mkdir()
+        (root / "book" / md_path.name).write_text(md_text)
+        (root / "_toc.yml").write_text(f"format: jb-book\nroot: book/{md_path.stem}\n")
     nb = json.loads(
         chapter_notebook(
             root, f"book/{md_path.stem}", read_settings(ROOT), class_edition=True
