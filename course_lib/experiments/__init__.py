@@ -6,7 +6,7 @@ synthetic tasks at length ``L`` and measure its accuracy at ``L``, ``2L``, ``4L`
 and writes ``course_lib/data/lab_results.json``; the chapter reads that file. The
 language-model experiment of chapter 12 lives in :mod:`course_lib.experiments.lm`
 (``course lab --lm``), its dynamic-NTK scoring token by token in
-:mod:`course_lib.experiments.lm_dynamic`.
+``course_lib.experiments.lm_dynamic``.
 
 >>> from course_lib.experiments import LabConfig, train_run
 >>> cfg = LabConfig(steps=5, eval_sequences=8, train_length=8, multipliers=(1, 2))

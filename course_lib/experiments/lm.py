@@ -87,7 +87,7 @@ its temperature (``ramp``), static NTK (one factor for every length), NTK with t
 factor ``T / L`` of the window (``dynamic``: what dynamic NTK applies to a prompt of
 ``T`` tokens processed in one pass; the factor does not grow token by token here),
 YaRN (ramp ends from the turn counts at ``L``:
-:func:`course_lib.experiments.train.yarn_betas`), Llama 3.1's bands. ``linear``,
+:func:`course_lib.experiments.yarn_betas`), Llama 3.1's bands. ``linear``,
 ``pi+t``, ``ramp`` and ``yarn`` separate the temperature from the ramp."""
 
 FINE_TUNED: tuple[str, ...] = ("linear", "yarn", "plain")
@@ -290,7 +290,7 @@ def rope_extension(model: TinyTransformer, scaling: dict | None) -> None:
     ``scaling`` is a spec of :func:`extension_scaling`: a ``RotaryEmbedding``
     scaling dict with ``factor``, for ``"yarn"`` with the ramp's ``alpha`` in turns,
     and ``temperature=True`` for PI with YaRN's temperature (built by
-    :func:`course_lib.experiments.train.extension_rotary`).
+    :func:`course_lib.experiments.extension_rotary`).
     """
     if model.config.method != "rope":
         fail("rope_extension", f"the model must use RoPE, got "
@@ -358,7 +358,7 @@ def extension_scaling(method: str, length: int, cfg: LMConfig) -> dict | None:
     rule :math:`s\\max(\\ell, L)/L - (s - 1)`; passing the target ratio :math:`T/L`
     there, with :math:`\\ell = T`, gives :math:`(T/L)^2 - T/L + 1`, not :math:`T/L`.)
     ``yarn`` and ``ramp`` carry the ramp's slow end ``alpha = 1`` turn (the fast end
-    follows from ``L``: :func:`course_lib.experiments.train.yarn_betas`), ``ramp``
+    follows from ``L``: :func:`course_lib.experiments.yarn_betas`), ``ramp``
     with attention factor 1; ``pi+t`` is PI with ``temperature=True``. ``plain``
     returns ``None`` (no rescaling).
     """

@@ -159,8 +159,8 @@ def merge_dynamic(parts: list[dict]) -> dict:
 
 
 def dynamic_main(argv=None) -> int:
-    """``python -m course_lib.experiments.lm_dynamic [--seeds 0 1] [--out F]``;
-    ``--merge A B C --out F`` joins parts run with disjoint seeds."""
+    """``python -m course_lib.experiments.lm_dynamic [--seeds 0 1] [--record R]
+    [--out F]``; ``--merge A B C --out F`` joins parts run with disjoint seeds."""
     import argparse
 
     from course_lib.experiments.lm import RESULTS_PATH
@@ -169,12 +169,15 @@ def dynamic_main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=None)
     p.add_argument("--out", type=Path, default=DYNAMIC_PATH)
     p.add_argument("--merge", type=Path, nargs="+", default=None)
+    p.add_argument("--record", type=Path, default=RESULTS_PATH,
+                   help="the LM record whose RoPE models to re-train (default: the "
+                        "stored one; a part with the RoPE models will do)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.merge:
         out = merge_dynamic([json.loads(f.read_text()) for f in args.merge])
     else:
-        record = json.loads(RESULTS_PATH.read_text())
+        record = json.loads(args.record.read_text())
         out = run_dynamic(record, args.seeds, log=lambda m: print(m, flush=True))
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")

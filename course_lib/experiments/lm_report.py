@@ -283,7 +283,7 @@ def comparison_table(comps: dict[str, Comparison], keys: list[str]) -> str:
 
 
 def load_dynamic(path=None) -> dict | None:
-    """The stored dynamic-NTK cells (:mod:`course_lib.experiments.lm_dynamic`), or
+    """The stored dynamic-NTK cells (``course_lib.experiments.lm_dynamic``), or
     None when the file is absent."""
     import json
     from pathlib import Path
