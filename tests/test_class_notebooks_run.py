@@ -94,7 +94,12 @@ def stored(built_book: Path) -> tuple[dict, dict]:
     """The class chapter notebooks' texts and their cells' stored outputs, from this
     run's book build."""
     texts = class_chapter_notebooks(ROOT)
-    return texts, chapter_outputs(built_book.parent / "jupyter_execute", ROOT, texts)
+    outputs = chapter_outputs([built_book.parent], texts)
+    # every chapter's stored outputs are the build's: some cell printed or drew
+    assert set(outputs) == {Path(p).name for p in texts}
+    for chapter, cells in outputs.items():
+        assert any(cells.values()), f"{chapter}: no stored output at all"
+    return texts, outputs
 
 
 @pytest.fixture(scope="module")

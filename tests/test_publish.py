@@ -473,6 +473,13 @@ def test_publish_tree_is_a_student_repository(published: Path) -> None:
             "{only} not class_edition" in "".join(c["source"]) for c in nb["cells"]
         )
     (wheel,) = (published / "dist").glob("*.whl")
+    # the chapters' stored outputs (shown where a cell needs an unsolved
+    # exercise) are the class build's: every chapter, and outputs in each
+    with zipfile.ZipFile(wheel) as whl:
+        stored = json.loads(whl.read("course_lib/data/chapter_outputs.json"))
+    assert set(stored) == {Path(p).name for p in chapter_pages(ROOT)}
+    for chapter, cells in stored.items():
+        assert any(cells.values()), f"{chapter}: no stored output"
     post = (published / "binder" / "postBuild").read_text()
     assert f"dist/{wheel.name}" in post
     assert (published / "binder" / "requirements.txt").read_text() == (

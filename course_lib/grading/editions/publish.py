@@ -253,15 +253,33 @@ def exercise_links(text: str, book_url: str = "") -> str:
     return _EXERCISE_CHAPTER_LINK.sub(page, text)
 
 
+def _executed_notebooks(builds: list[Path]) -> list[dict]:
+    """The executed notebooks a book build left: its ``jupyter_execute/`` folder
+    (written when a chapter is run) and its execution cache's notebooks
+    (``.jupyter_cache/executed/*/base.ipynb``, the outputs of chapters the build
+    took from the cache, whose ``jupyter_execute/`` copy has none)."""
+    import json
+
+    paths, cached = [], []
+    for build in builds:
+        paths += sorted((build / "jupyter_execute").rglob("*.ipynb"))
+        cached += (build / ".jupyter_cache" / "executed").glob("*/base.ipynb")
+    # the most recently executed last: it wins where two copies match a chapter
+    paths += sorted(cached, key=lambda p: p.stat().st_mtime)
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+
+
 def chapter_outputs(
-    executed: Path, root: Path, texts: dict[str, str], *, strict: bool = True
+    builds: list[Path], texts: dict[str, str], *, strict: bool = True
 ) -> dict:
     """``{chapter: {cell key: outputs}}``: the outputs of each chapter's code cells in
-    the book's build (``executed``: its ``jupyter_execute/`` folder), keyed by the
-    cell's source (:func:`.chapter_runtime.cell_key`), for the cells of the chapter
-    notebooks ``texts`` (page -> notebook text): what :mod:`.chapter_runtime` shows
-    where a cell needs an unsolved exercise. ``strict``: a cell of ``texts`` that the
-    build did not run (a stale build) stops publishing."""
+    a book build (``builds``: the folders holding its ``jupyter_execute/`` and its
+    ``.jupyter_cache/``), keyed by the cell's source
+    (:func:`.chapter_runtime.cell_key`), for the cells of the chapter notebooks
+    ``texts`` (page -> notebook text): what :mod:`.chapter_runtime` shows where a
+    cell needs an unsolved exercise. For each chapter the executed notebook with
+    outputs that holds every one of its code cells is used. ``strict``: a chapter
+    that no executed notebook holds (a stale build) stops publishing."""
     import json
 
     from .chapter_runtime import cell_key
@@ -271,36 +289,35 @@ def chapter_outputs(
         src = cell.get("source", "")
         return "".join(src) if isinstance(src, list) else src
 
-    stored: dict[str, dict[str, list]] = {}
-    for page, text in texts.items():
-        path = executed / f"{page}.ipynb"
-        if not path.is_file():
-            raise PublishError(
-                f"the book's build left no executed notebook {path}: cannot store "
-                "the chapter's outputs"
-            )
-        built = {}
-        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-            if cell["cell_type"] == "code":
-                built[cell_key(source(cell))] = [
+    executed = []
+    for nb in _executed_notebooks(builds):
+        cells = {}
+        for cell in nb.get("cells", []):
+            if cell.get("cell_type") == "code":
+                cells[cell_key(source(cell))] = [
                     {k: v for k, v in out.items() if k != "execution_count"}
                     for out in cell.get("outputs", [])
                     if out.get("output_type") != "error"
                 ]
-        cells = {}
-        for cell in json.loads(text)["cells"]:
-            if cell["cell_type"] != "code" or is_setup_cell(cell):
-                continue
-            key = cell_key(source(cell))
-            if key in built:
-                cells[key] = built[key]
-            elif strict:
+        if any(cells.values()):  # a copy without outputs is no record of a run
+            executed.append(cells)
+    stored: dict[str, dict[str, list]] = {}
+    for page, text in texts.items():
+        keys = [
+            cell_key(source(c))
+            for c in json.loads(text)["cells"]
+            if c["cell_type"] == "code" and not is_setup_cell(c)
+        ]
+        match = [cells for cells in executed if all(k in cells for k in keys)]
+        if not match:
+            if strict:
                 raise PublishError(
-                    f"{page}: the book's build did not run the cell "
-                    f"{source(cell).strip().splitlines()[0][:60]!r}: the build is "
-                    "stale; publish again"
+                    f"{page}: no executed notebook of the book's build holds all its "
+                    "code cells: the build is stale or failed; publish again"
                 )
-        stored[Path(page).name] = cells
+            best = max(executed, key=lambda c: sum(k in c for k in keys), default={})
+            match = [best]
+        stored[Path(page).name] = {k: match[-1][k] for k in keys if k in match[-1]}
     return stored
 
 
@@ -426,7 +443,8 @@ def _write(out: Path, root: Path, html_src: Path, book_url: str, log) -> Publish
     from .library import build_student_wheel
 
     texts = class_chapter_notebooks(root)
-    stored = chapter_outputs(html_src.parent / "jupyter_execute", root, texts)
+    # the class build's executed chapters and its execution cache (_class_config)
+    stored = chapter_outputs([html_src.parent, root / "_build"], texts)
     log("building the student wheel ...")
     wheel = build_student_wheel(out / "dist", chapter_outputs=stored)
     _write_launch_files(out, root, wheel, texts, log)
