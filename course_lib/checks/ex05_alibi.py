@@ -137,9 +137,12 @@ def check_alibi_slopes(alibi_slopes: Callable) -> None:
 
 
 def grade_alibi_slopes(alibi_slopes: Callable) -> None:
-    """Hidden grade: 1 head, powers of two and other head counts (6, 12, 24, ...)."""
+    """Hidden grade: powers of two and other head counts (17, 20, 24, ...)."""
     _public_alibi_slopes(alibi_slopes)
-    counts = (1, 2, 3, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 40, 64, 100)
+    # Head counts chapter 5 never shows (its interactive figure embeds the slopes of
+    # 1 to 16 heads, its figures 8, 12 and 16): powers of two 32, 64, 128, and
+    # counts with 1, 3, 4, 7, 8, 16 or 36 interleaved extra slopes.
+    counts = (17, 19, 20, 23, 24, 28, 32, 40, 48, 64, 100, 128)
     for n in counts:
         _check_slopes(alibi_slopes, n)
     passed("alibi_slopes", public=False, detail=f"{len(counts)} head counts")
@@ -280,11 +283,13 @@ def check_alibi_bias(alibi_bias: Callable) -> None:
 
 
 def grade_alibi_bias(alibi_bias: Callable) -> None:
-    """Hidden grade: 1 head, 6 and 12 heads, odd/even lengths, length 1, properties."""
+    """Hidden grade: 1 head, 20 and 24 heads, odd/even lengths, length 1, properties."""
     _public_alibi_bias(alibi_bias)
-    # (1, 180): distances up to 179, where a bias clipped at some maximum distance or
-    # cached for a fixed length goes wrong (ALiBi is meant to extrapolate).
-    cases = ((12, 9), (1, 4), (2, 1), (6, 7), (12, 8), (16, 3), (3, 10), (1, 180))
+    # Head counts above the 16 whose causal bias chapter 5's interactive figure
+    # embeds (10 positions), but for one head over 180 positions: distances up to
+    # 179, where a bias clipped at some maximum distance or cached for a fixed
+    # length goes wrong (ALiBi is meant to extrapolate).
+    cases = ((20, 9), (24, 4), (17, 1), (19, 7), (20, 8), (32, 3), (23, 10), (1, 180))
     for n, seq_len in cases:
         _check_bias(alibi_bias, n, seq_len, properties=True)
     passed("alibi_bias", public=False, detail=f"{len(cases)} (heads, length) cases")
