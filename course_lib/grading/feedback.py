@@ -19,9 +19,12 @@ the section on the book's web page, and the chapter notebook's launch links.
 
 from __future__ import annotations
 
+import datetime as _dt
 import html
 import re
+import secrets
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat.v4 import new_output
@@ -46,6 +49,8 @@ class FeedbackResult:
     # student -> the repairs their feedback lists (students without repairs absent)
     repaired: dict[str, list[str]] = field(default_factory=dict)
 
+
+_STAMP = "%Y-%m-%d %H:%M:%S.%f UTC"  # nbgrader's timestamp.txt format
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>
@@ -72,20 +77,48 @@ _TEACHABLE = {
 }
 
 
-def _copy_submission_files(submitted, folder) -> None:
-    """Put beside an ungradable submission's page what nbgrader's feedback folder
-    of a graded one holds from the submission: every file but the notebooks
-    (``timestamp.txt``, and ``submission_secret.txt`` from nbgrader's exchange).
-    ``nbgrader release_feedback`` opens both in every feedback folder and stops at
-    the first folder without them, releasing nothing after it
-    (``exchange/default/release_feedback.py``, ``copy_files``)."""
-    import shutil
+# What ``nbgrader release_feedback`` opens in every feedback folder before it
+# releases a page (``exchange/default/release_feedback.py``, ``copy_files``): a
+# folder without either stops it with FileNotFoundError, and every folder after it
+# in its glob order goes unreleased.
+_RELEASE_FILES = ("timestamp.txt", "submission_secret.txt")
+_SMALL = 4096  # bytes: a timestamp or nbgrader's 128-hex-digit secret, with room
 
-    if not submitted.is_dir():
-        return
-    for path in submitted.iterdir():
-        if path.is_file() and path.suffix != ".ipynb":
-            shutil.copyfile(path, folder / path.name)
+
+def _small_text(path: Path) -> str | None:
+    """The text of ``path`` if it is a small regular file (never through a
+    symbolic link a student put into the submission), else None."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _SMALL:
+            return None
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _release_files(folder: Path, submitted: Path, kept_secret: str | None) -> None:
+    """Give ``folder`` the two files release_feedback needs.
+
+    ``timestamp.txt`` and ``submission_secret.txt`` come from the submission, as
+    nbgrader's ``generate_feedback`` copies them (through ``autograded/``) for a
+    graded one. A submission collected by ``course collect`` (an LMS download, a
+    folder) has no secret: nbgrader's ``submit`` writes it, into the exchange and
+    into the student's own cache, and ``fetch_feedback`` finds the page by
+    ``md5(secret + notebook)``. Such a folder gets a new random secret (kept from
+    an earlier run when there was one): release_feedback then goes on and puts the
+    page into the exchange under a name no one can derive, so the student fetches
+    nothing through the exchange (their page goes back by the LMS zip or by hand)
+    and the students after them are not held up."""
+    for name in _RELEASE_FILES:
+        if (folder / name).is_file() and not (folder / name).is_symlink():
+            continue
+        (folder / name).unlink(missing_ok=True)
+        text = _small_text(submitted / name)
+        if text is None and name == "timestamp.txt":
+            text = _dt.datetime.now(_dt.UTC).strftime(_STAMP) + "\n"  # when none
+        if text is None:
+            text = kept_secret or secrets.token_hex(64)
+        (folder / name).write_text(text)
 
 
 def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
@@ -184,6 +217,14 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
         for p in course.autograded_dir.glob(f"*/{assignment}")
         if p.is_dir()
     )
+    # a secret written for a folder without one (course collect), kept across runs:
+    # generate_feedback --force removes the graded folders first
+    kept = {
+        student: _small_text(
+            course.feedback_dir / student / assignment / "submission_secret.txt"
+        )
+        for student in status
+    }
     if graded:
         from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
         from nbgrader.preprocessors import GetGrades
@@ -201,6 +242,11 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
             raise CourseError(f"nbgrader generate_feedback failed:\n{detail.strip()}")
         for student in graded:
             folder = course.feedback_dir / student / assignment
+            _release_files(
+                folder,
+                course.submitted_dir / student / assignment,
+                kept.get(student),
+            )
             result.graded += sorted(
                 str(p.relative_to(course.root)) for p in folder.glob("*.html")
             )
@@ -218,7 +264,11 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
             continue
         folder = course.feedback_dir / student / assignment
         folder.mkdir(parents=True, exist_ok=True)
-        _copy_submission_files(course.submitted_dir / student / assignment, folder)
+        _release_files(
+            folder,
+            course.submitted_dir / student / assignment,
+            kept.get(student),
+        )
         for nb in notebooks:
             page = folder / f"{nb}.html"
             page.write_text(
