@@ -439,7 +439,14 @@ def chapter_notebook(
     data = json.loads(jupytext.writes(nb, fmt="ipynb"))
     data["nbformat"], data["nbformat_minor"] = 4, 5
     if class_edition:
-        notebooks = {Path(p).name for p in chapter_pages(root)}
+        if (Path(root) / TOC_FILE).is_file():
+            notebooks = {Path(p).name for p in chapter_pages(root)}
+        else:  # a folder with chapters but no table of contents (a scratch copy)
+            notebooks = {
+                md.stem
+                for md in (Path(root) / Path(page).parent).glob("*.md")
+                if _has_jupytext_header(md)
+            }
         # another page of the book: the published page (the class edition's
         # address, or the tree's docs/ from book/notebooks/)
         base = (
