@@ -36,7 +36,14 @@ from .gradebook import read_status
 from .notebooks.integrity import Judgement, judged_cells
 from .notebooks.repair import notes_from_notebook
 
-__all__ = ["FeedbackResult", "MistakeNotes", "feedback", "teaching_links"]
+__all__ = [
+    "FeedbackResult",
+    "MistakeNotes",
+    "RenderedMarkdown",
+    "as_html_block",
+    "feedback",
+    "teaching_links",
+]
 
 
 @dataclass
@@ -158,6 +165,96 @@ def _plain(title: str) -> str:
     return text.replace("$", "").replace("`", "")
 
 
+# MathJax 3 (npm ``mathjax@3``, its ``es5/`` folder, which ``make setup`` copies
+# for the book) in the SVG output: its glyphs are in the script, where the CHTML
+# output loads font files by URL, which a page alone has not. The "full" bundle holds
+# every TeX extension, so no formula a student writes needs a file from the network.
+_MATHJAX = Path("_vendor") / "static" / "mathjax" / "es5" / "tex-svg-full.js"
+_TEMPLATES = Path(__file__).with_name("templates")
+# the delimiters of nbgrader's MathJax 2 set-up (nbconvert's base/mathjax.html.j2)
+_MATHJAX_CONFIG = """window.MathJax = {
+  tex: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]],
+        displayMath: [["$$", "$$"], ["\\\\[", "\\\\]"]],
+        processEscapes: true, processEnvironments: true, tags: "ams"},
+  svg: {fontCache: "global"},
+  options: {enableMenu: false}
+};"""
+
+
+def mathjax_file(root) -> Path:
+    """The MathJax script the feedback pages carry: under the course folder
+    ``root``, else under the repository this ``course_lib`` runs from."""
+    for base in (Path(root), Path(__file__).resolve().parents[2]):
+        if (base / _MATHJAX).is_file():
+            return base / _MATHJAX
+    raise CourseError(
+        f"{_MATHJAX} is missing (feedback pages carry MathJax, to show their math "
+        "with no network): run `make setup` in the course repository (it installs "
+        "the npm package mathjax@3 there)"
+    )
+
+
+def _inline_mathjax(path: Path):
+    """The Jinja filter ``course_mathjax``: MathJax's configuration and script, in
+    the page. ``<!--`` inside a script can end it early in an HTML parser (the
+    "script data escaped" states); MathJax's one ``<!--`` is in a regular
+    expression, where ``<\\!--`` matches the same."""
+    from markupsafe import Markup
+
+    def course_mathjax(_value="") -> Markup:
+        code = path.read_text(encoding="utf-8").replace("<!--", "<\\!--")
+        if "</script" in code.lower():
+            raise CourseError(f"{path} holds '</script' and cannot go into a page")
+        return Markup(f"<script>{_MATHJAX_CONFIG}</script>\n<script>{code}</script>")
+
+    return course_mathjax
+
+
+_BLANK_LINE = re.compile(r"^[ \t]*$", re.MULTILINE)
+
+
+def as_html_block(rendered: str) -> str:
+    """HTML that nbgrader's feedback template, which renders every markdown cell
+    as markdown again, passes through unchanged.
+
+    ``course autograde`` replaces each markdown cell a student can edit by its
+    cleaned rendering (:func:`~.notebooks.safe.safe_markdown`). Rendered again, an
+    HTML block (CommonMark: a line opening ``<div``, ``<p``, ...) ends at the first
+    blank line, and what follows is markdown: the indented rest of a code example
+    with a blank line became a code block showing the highlighter's
+    ``<span class="p">`` markup as text. One ``<div>`` around it opens a single
+    block, and each blank line becomes an empty ``<span></span>`` line (nothing to
+    see; inside ``<pre>`` still a line), so the block runs to the end.
+
+    >>> as_html_block("<pre>a\n\nb</pre>")
+    '<div class="course-rendered">\n<pre>a\n<span></span>\nb</pre>\n</div>'
+    """
+    body = _BLANK_LINE.sub("<span></span>", rendered.strip())
+    return f'<div class="course-rendered">\n{body}\n</div>'
+
+
+class RenderedMarkdown(Preprocessor):
+    """Markdown cells that ``course autograde`` stored rendered (every unlocked
+    one: :func:`~.notebooks.safe.safe_outputs`) shown as the notebook shows them
+    (:func:`as_html_block`), their HTML cleaned again on the way."""
+
+    enabled = Bool(True).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from .notebooks.safe import clean_html
+
+        for cell in nb.cells:
+            if cell.get("cell_type") != "markdown":
+                continue
+            if cell.get("metadata", {}).get("nbgrader", {}).get("locked"):
+                continue
+            text = cell.source
+            text = "".join(text) if isinstance(text, list) else text
+            if text.lstrip().startswith("<"):
+                cell.source = as_html_block(clean_html(text))
+        return nb, resources
+
+
 class MistakeNotes(Preprocessor):
     """Adds, under each failed test cell of a feedback page, the grading tool's
     judgement: the known mistake by name and where the book teaches the step."""
@@ -205,6 +302,21 @@ class MistakeNotes(Preprocessor):
         )
 
 
+def _generate_feedback(course: Course, config, assignment: str) -> dict:
+    """nbgrader's ``generate_feedback --force`` for every student of
+    ``assignment``, as ``NbGraderAPI.generate_feedback`` runs it but with the
+    template of ``config`` (the API sets ``HTMLExporter.template_name = "feedback"``
+    over any configured one)."""
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.utils import capture_log, temp_attrs
+
+    api = course.api(config)
+    with temp_attrs(api.coursedir, assignment_id=assignment):
+        app = GenerateFeedback(coursedir=api.coursedir, parent=api)
+        app.force = True
+        return capture_log(app)
+
+
 def feedback(course: Course, assignment: str) -> FeedbackResult:
     """Generate the feedback of every submission of ``assignment``."""
     with course.gradebook(create=False, assignment=assignment) as gb:
@@ -232,11 +344,24 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
         config = course.config.copy()
         config.GenerateFeedback.preprocessors = [
             GetGrades,
+            RenderedMarkdown,
             MistakeNotes,
             CSSHTMLHeaderPreprocessor,
         ]
         config.MistakeNotes.course_root = str(course.root)
-        outcome = course.api(config).generate_feedback(assignment, force=True)
+        # nbgrader's feedback template, its MathJax macro replaced (templates/)
+        import nbgrader
+
+        formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+        config.HTMLExporter.template_name = "course_feedback"
+        config.HTMLExporter.extra_template_basedirs = [
+            str(_TEMPLATES),
+            str(formgrader / "templates"),
+        ]
+        config.HTMLExporter.filters = {
+            "course_mathjax": _inline_mathjax(mathjax_file(course.root))
+        }
+        outcome = _generate_feedback(course, config, assignment)
         if not outcome.get("success"):
             detail = (outcome.get("log") or "") + (outcome.get("error") or "")
             raise CourseError(f"nbgrader generate_feedback failed:\n{detail.strip()}")

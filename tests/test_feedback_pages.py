@@ -1,0 +1,101 @@
+"""Feedback pages read anywhere (issue 32, item 9): each exercise's page, opened
+from the file alone in Chromium with the network off, shows its math typeset by
+MathJax and every markdown cell rendered, with no markup or ``$`` left as text.
+
+One scratch course holds every assignment of ``solutions/``; a student hands in the
+reference answers of each (collected, graded by ``course autograde`` and given
+feedback by ``course feedback`` once, for the module).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import course_cli
+
+from course_lib.grading.synthetic import (
+    scratch_course,
+    solution_answers,
+    student_notebook,
+    write_submission,
+)
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+ASSIGNMENTS = sorted(
+    p.name for p in SOLUTIONS.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))
+)
+STUDENT = "perfect"
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("feedback-pages")
+    course = scratch_course(tmp / "course", ROOT)
+    out = course_cli("release", "all", cwd=course.root)
+    assert out.returncode == 0, out.stderr
+    found = {}
+    for a in ASSIGNMENTS:
+        src = course.source_dir / a / f"{a}.ipynb"
+        rel = course.release_dir / a / f"{a}.ipynb"
+        inbox = tmp / "inbox" / a
+        write_submission(
+            inbox, STUDENT, a, student_notebook(rel, solution_answers(src))
+        )
+        for step in (
+            ("collect", str(inbox), "--assignment", a),
+            ("autograde", a, "--jobs", "2", "--no-progress"),
+            ("feedback", a),
+        ):
+            got = course_cli(*step, cwd=course.root)
+            assert got.returncode == 0, (step, got.stdout[-2000:], got.stderr[-3000:])
+        found[a] = course.feedback_dir / STUDENT / a / f"{a}.html"
+    return found
+
+
+def _visit(browser, page_file: Path) -> dict:
+    """The page from its file in a context with the network off; what it shows."""
+    ctx = browser.new_context(offline=True)
+    requests = []
+    ctx.on("request", lambda r: requests.append(r.url))
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    page.wait_for_function(
+        "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+    )
+    page.evaluate("() => MathJax.startup.promise")
+    shown = {
+        "text": page.inner_text("body"),
+        "math": page.locator("mjx-container").count(),
+        "math errors": page.locator("mjx-merror").count(),
+        "requests": [u for u in requests if not u.startswith(("file:", "data:"))],
+        "errors": errors,
+    }
+    ctx.close()
+    return shown
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_page_renders_offline(pages, browser, assignment):
+    page_file = pages[assignment]
+    assert page_file.is_file()
+    html = page_file.read_text()
+    assert "cdnjs" not in html and "https://cdn" not in html
+    # the formulas the page holds: $-delimited TeX in its source
+    assert "$" in html, "no math on the page: the test would prove nothing"
+    shown = _visit(browser, page_file)
+    assert shown["requests"] == [], shown["requests"]
+    assert shown["errors"] == [], shown["errors"]
+    assert shown["math"] > 0, "no formula typeset (no mjx-container)"
+    assert shown["math errors"] == 0
+    text = shown["text"]
+    assert "<span class=" not in text, re.findall(r".{60}<span class=.{20}", text)[:3]
+    left = re.findall(r".{0,40}\$.{0,40}", text)
+    # a dollar sign left is TeX MathJax did not typeset
+    assert not left, left[:5]
