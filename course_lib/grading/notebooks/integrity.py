@@ -69,6 +69,14 @@ _START = (
     "_r.start(); del _c, _r"
 )
 _EXEC_LINES = f"--IPKernelApp.exec_lines={_START}"
+# The kernel copies every message it sends. Above ``Session.copy_threshold`` (64 KiB
+# by default, jupyter_client/session.py ``Session.send``) pyzmq sends without copying
+# and starts its garbage-collector thread (zmq/utils/garbage.py) on first use: a
+# new thread, which a kernel at its process limit (RLIMIT_NPROC, the sandbox's
+# ``max_processes``) cannot start, so the reply to the grading tool's check (a
+# record of ~170 KB for ex05's hidden (1, 180) case) was never sent. Measured:
+# 52 sleeping children + the kernel's 11 threads + the sandbox's init = 64.
+_COPY_ALWAYS = f"--Session.copy_threshold={1 << 62}"
 _RECORD = "course_lib.checks._record"
 # The error of a test cell not run because a function it checks already ran into
 # the time limit in an earlier cell.
@@ -227,6 +235,48 @@ def _failure(ename: str, message: str) -> NotebookNode:
     )
 
 
+# Evaluated in the kernel beside the check: the names of the kernel's child processes
+# (field 4 of /proc/PID/stat is the parent's pid; proc(5)). Only for a note.
+_CHILDREN = (
+    "(lambda os: [s.partition('(')[2].rpartition(')')[0] for s in "
+    "(open(f'/proc/{p}/stat').read() for p in os.listdir('/proc') if p.isdigit()) "
+    "if s.rpartition(')')[2].split()[1] == str(os.getpid())])(__import__('os'))"
+)
+# Words in the error of a check that did not answer, and the limit they point to.
+_LIMITS = (
+    ("MemoryError", "memory"),
+    ("Cannot allocate memory", "memory"),
+    ("can't start new thread", "processes/threads"),
+    ("Resource temporarily unavailable", "processes/threads"),
+    ("Too many open files", "open files"),
+)
+
+
+def _limit_named(text: str) -> str:
+    """The limit an error's text points to (``"memory"``, ...), else ``""``."""
+    return next((limit for words, limit in _LIMITS if words in text), "")
+
+
+def _children_note(children: Any) -> str:
+    """A line for the cell about processes the student's code left running."""
+    if not isinstance(children, list) or not children:
+        return ""
+    names: dict[str, int] = {}
+    for child in children:
+        name = str(child)[:40]
+        names[name] = names.get(name, 0) + 1
+    if len(names) == 1:
+        what = next(iter(names))
+    else:
+        what = ", ".join(f"{n} x{k}" for n, k in sorted(names.items()))
+    plural = "es" * (len(children) != 1)
+    return (
+        f"note from the grader: {len(children)} child process{plural} still "
+        f"running ({what[:300]}) when the check ran; they count against the "
+        "kernel's limit of processes and threads\n"
+    )
+
+
 def _stdout(text: str) -> NotebookNode:
     return new_output("stream", name="stdout", text=text)
 
@@ -256,8 +306,9 @@ class VerifiedExecute(GradingExecute):
 
     @contextlib.contextmanager
     def setup_kernel(self, **kwargs):
-        if _EXEC_LINES not in self.extra_arguments:
-            self.extra_arguments = [*self.extra_arguments, _EXEC_LINES]
+        for argument in (_EXEC_LINES, _COPY_ALWAYS):
+            if argument not in self.extra_arguments:
+                self.extra_arguments = [*self.extra_arguments, argument]
         self._graders = pristine_graders()
         self._imported: dict[str, str] = {}
         self._output_cell: int | None = None
@@ -394,12 +445,16 @@ class VerifiedExecute(GradingExecute):
         except Exception as exc:  # noqa: BLE001 - any failure of the probe
             if errors:
                 return None  # failed in the kernel anyway: its error stays
+            # No answer is no evidence of tampering: say which limit it points to.
+            said = f"{type(exc).__name__}: {str(exc)[:300]}"
+            limit = _limit_named(said)
             cell.outputs = [
                 _failure(
-                    "TamperingDetected",
-                    "tampering detected: the kernel did not answer the grading "
-                    f"tool's check after this test ({type(exc).__name__}: "
-                    f"{str(exc)[:300]})",
+                    "ResourceLimitReached" if limit else "KernelDidNotAnswer",
+                    "the kernel did not answer the grading tool's check after this "
+                    f"test ({said})"
+                    + (f": it reached its limit of {limit}" if limit else "")
+                    + "; the test cannot be judged",
                 )
             ]
             return None
@@ -407,6 +462,10 @@ class VerifiedExecute(GradingExecute):
         if tampering is not None:
             cell.outputs = [tampering]
             return None
+        note = _children_note(report.get("children"))
+        if note:
+            # the verdict below is the graders'; this only says what was left running
+            self.log.warning("test cell %s: %s", _grade_id(cell), note.strip())
         replay = self._replay(calls, report)
         if errors:
             # Failed in the kernel: zero points whatever the replay says; the
@@ -420,7 +479,7 @@ class VerifiedExecute(GradingExecute):
                 cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"),
             )
             return None
-        cell.outputs = judged
+        cell.outputs = judged + [_stdout(note)] * bool(note)
         if any(o.get("ename") == "TamperingDetected" for o in judged):
             return None  # its error says tampering: no mistake of the student's
         return self._judgement(cell, replay)
@@ -523,7 +582,8 @@ class VerifiedExecute(GradingExecute):
         if reply is None:
             raise TimeoutError("no reply in time")
         content = reply.get("content", {})
-        result = (content.get("user_expressions") or {}).get("probe") or {}
+        answers = content.get("user_expressions") or {}
+        result = answers.get("probe") or {}
         if content.get("status") != "ok" or result.get("status") != "ok":
             error = result.get("ename") or content.get("ename") or "no result"
             raise RuntimeError(f"{error}: {str(result.get('evalue', ''))[:200]}")
@@ -532,6 +592,10 @@ class VerifiedExecute(GradingExecute):
         if not isinstance(report, dict):
             raise ValueError("the answer is not a JSON object")
         report["names"] = names
+        children = answers.get("children") or {}
+        if children.get("status") == "ok":
+            with contextlib.suppress(ValueError, SyntaxError, KeyError, TypeError):
+                report["children"] = ast.literal_eval(children["data"]["text/plain"])
         return report
 
     async def _async_probe(self, cell: NotebookNode, expression: str):
@@ -540,7 +604,7 @@ class VerifiedExecute(GradingExecute):
                 "",
                 silent=True,
                 store_history=False,
-                user_expressions={"probe": expression},
+                user_expressions={"probe": expression, "children": _CHILDREN},
                 allow_stdin=False,
             )
         )
