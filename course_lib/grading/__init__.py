@@ -15,8 +15,9 @@ ids), :mod:`.collect`, :mod:`.autograde` (the
 orchestrator) with its backends :mod:`.pool` (local worker processes) and
 :mod:`.cluster` (Dask), which both run :mod:`.grade` (grading one submission);
 :mod:`.late` (extensions, and late penalties a percentage per day);
-:mod:`.feedback` (with :mod:`.lms_return`, the zips that return it through
-Canvas and Moodle), :mod:`.report` (with :mod:`.mistakes`, what the class got wrong,
+:mod:`.feedback` (its page template in ``templates/course_feedback/``; with
+:mod:`.lms_return`, the zips that return it through Canvas and Moodle),
+:mod:`.report` (with :mod:`.mistakes`, what the class got wrong,
 and :mod:`.lms`, ``course report all`` and the files Canvas and Moodle import);
 :mod:`.similarity` (``course similarity``: answers far more alike than the class's,
 side by side, for a person to judge);

@@ -15,6 +15,15 @@ Under each failed test, :class:`MistakeNotes` adds what the grading tool judged
 (:class:`~course_lib.grading.notebooks.integrity.Judgement`): the known mistake by
 name, and where the book teaches the function (:mod:`course_lib.checks.sections`):
 the section on the book's web page, and the chapter notebook's launch links.
+
+Every feedback folder holds what ``nbgrader release_feedback`` opens in each one
+(``timestamp.txt``, ``submission_secret.txt``), so one ungradable submission or one
+collected without the exchange never stops the release of the others.
+
+A page reads anywhere, the file alone with no network: the page template
+(``templates/course_feedback/``: nbgrader's ``feedback`` template with its MathJax
+macro replaced) puts MathJax 3 into the page, and :class:`RenderedMarkdown` shows
+the markdown cells ``course autograde`` stored rendered as they were rendered.
 """
 
 from __future__ import annotations
@@ -302,13 +311,35 @@ class MistakeNotes(Preprocessor):
         )
 
 
-def _generate_feedback(course: Course, config, assignment: str) -> dict:
+def _generate_feedback(course: Course, assignment: str) -> dict:
     """nbgrader's ``generate_feedback --force`` for every student of
     ``assignment``, as ``NbGraderAPI.generate_feedback`` runs it but with the
-    template of ``config`` (the API sets ``HTMLExporter.template_name = "feedback"``
-    over any configured one)."""
+    course's preprocessors and template (the API sets ``HTMLExporter.template_name
+    = "feedback"`` over any configured one)."""
+    import nbgrader
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.converters import GenerateFeedback
+    from nbgrader.preprocessors import GetGrades
     from nbgrader.utils import capture_log, temp_attrs
+
+    config = course.config.copy()
+    config.GenerateFeedback.preprocessors = [
+        GetGrades,
+        RenderedMarkdown,
+        MistakeNotes,
+        CSSHTMLHeaderPreprocessor,
+    ]
+    config.MistakeNotes.course_root = str(course.root)
+    # nbgrader's feedback template, its MathJax macro replaced (templates/)
+    formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+    config.HTMLExporter.template_name = "course_feedback"
+    config.HTMLExporter.extra_template_basedirs = [
+        str(_TEMPLATES),
+        str(formgrader / "templates"),
+    ]
+    config.HTMLExporter.filters = {
+        "course_mathjax": _inline_mathjax(mathjax_file(course.root))
+    }
 
     api = course.api(config)
     with temp_attrs(api.coursedir, assignment_id=assignment):
@@ -338,30 +369,7 @@ def feedback(course: Course, assignment: str) -> FeedbackResult:
         for student in status
     }
     if graded:
-        from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-        from nbgrader.preprocessors import GetGrades
-
-        config = course.config.copy()
-        config.GenerateFeedback.preprocessors = [
-            GetGrades,
-            RenderedMarkdown,
-            MistakeNotes,
-            CSSHTMLHeaderPreprocessor,
-        ]
-        config.MistakeNotes.course_root = str(course.root)
-        # nbgrader's feedback template, its MathJax macro replaced (templates/)
-        import nbgrader
-
-        formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
-        config.HTMLExporter.template_name = "course_feedback"
-        config.HTMLExporter.extra_template_basedirs = [
-            str(_TEMPLATES),
-            str(formgrader / "templates"),
-        ]
-        config.HTMLExporter.filters = {
-            "course_mathjax": _inline_mathjax(mathjax_file(course.root))
-        }
-        outcome = _generate_feedback(course, config, assignment)
+        outcome = _generate_feedback(course, assignment)
         if not outcome.get("success"):
             detail = (outcome.get("log") or "") + (outcome.get("error") or "")
             raise CourseError(f"nbgrader generate_feedback failed:\n{detail.strip()}")
