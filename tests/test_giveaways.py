@@ -79,10 +79,11 @@ KNOWN: dict[str, str] = {
     "04-rope.md": "book/04-rope.md:692, the rope interactive figure's JSON holds the "
     "angles at position 1 for head size 16: rope_frequencies(16), a hidden ex04 case",
     "05-alibi.md": "book/05-alibi.md:262, the alibi interactive figure's JSON holds "
-    "alibi_slopes(n) for n = 1..16: hidden ex05 cases 3, 5, 7, 10, 12, 16",
+    "alibi_slopes(n) for n = 1..16: ex05's public cases 4, 6 and 8 (the hidden ones "
+    "moved to 17-128 heads in eef481e)",
     "06-relative.md": "book/06-relative.md:326, the t5 interactive figure's JSON holds "
-    "the causal buckets (32 buckets, max distance 128) of ex06's public case "
-    "arange(-200, 201) and of a hidden (1, 40) case",
+    "the buckets (32 buckets, max distance 128, both directions) of ex06's public "
+    "case arange(-200, 201) (the hidden settings moved off the figure in eef481e)",
     "11-long-context.md": "book/11-long-context.md:417, the yarn interactive figure's "
     "JSON holds the unscaled frequencies for d = 64 and 128 at base 10000 "
     "(rope_frequencies(64) and (128), hidden ex04 cases) and the attention factor "
