@@ -223,7 +223,7 @@ _BLANK_LINE = re.compile(r"^[ \t]*$", re.MULTILINE)
 
 
 def as_html_block(rendered: str) -> str:
-    """HTML that nbgrader's feedback template, which renders every markdown cell
+    r"""HTML that nbgrader's feedback template, which renders every markdown cell
     as markdown again, passes through unchanged.
 
     ``course autograde`` replaces each markdown cell a student can edit by its
