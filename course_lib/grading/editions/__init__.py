@@ -6,6 +6,8 @@
   code.
 - :mod:`.publish`: the class edition (``course publish``).
 - :mod:`.launch`: the launch links and the set-up cell of every notebook.
+- :mod:`.chapter_runtime`: what a class-edition chapter notebook runs in a
+  student's kernel (the student's own answers, or the build's stored output).
 
 May import: :mod:`course_lib.grading.errors`, :mod:`course_lib.grading.notebooks`,
 :mod:`course_lib.checks`.
