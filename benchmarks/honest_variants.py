@@ -202,12 +202,13 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
             "python_loops": _src('''
                 def offset_matrix(k, d_model):
                     m = torch.zeros(d_model, d_model)
-                    for i in range(d_model // 2):
+                    h = d_model // 2  # [sin | cos]: pair i on i and i + h
+                    for i in range(h):
                         w = 10000 ** (-2 * i / d_model)
-                        m[2 * i, 2 * i] = math.cos(k * w)
-                        m[2 * i, 2 * i + 1] = math.sin(k * w)
-                        m[2 * i + 1, 2 * i] = -math.sin(k * w)
-                        m[2 * i + 1, 2 * i + 1] = math.cos(k * w)
+                        m[i, i] = math.cos(k * w)
+                        m[i, i + h] = math.sin(k * w)
+                        m[i + h, i] = -math.sin(k * w)
+                        m[i + h, i + h] = math.cos(k * w)
                     return m
             '''),
             "python_lists_every_entry": _src('''
@@ -216,12 +217,13 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
                     for r in range(d_model):
                         row = []
                         for c in range(d_model):
-                            w = 10000 ** (-2 * (r // 2) / d_model)  # for every entry
-                            if r // 2 != c // 2:
+                            h = d_model // 2
+                            w = 10000 ** (-2 * (r % h) / d_model)  # for every entry
+                            if r % h != c % h:
                                 row.append(0.0)
                             elif r == c:
                                 row.append(math.cos(k * w))
-                            elif r % 2 == 0:
+                            elif r < h:
                                 row.append(math.sin(k * w))
                             else:
                                 row.append(-math.sin(k * w))
@@ -237,15 +239,17 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
                         c, s = torch.cos(k * w), torch.sin(k * w)
                         blocks.append(torch.stack([torch.stack([c, s]),
                                                    torch.stack([-s, c])]))
-                    return torch.block_diag(*blocks).float()
+                    m = torch.block_diag(*blocks)  # interleaved, then reordered
+                    order = list(range(0, d_model, 2)) + list(range(1, d_model, 2))
+                    return m[order][:, order].float()
             '''),
         },
         "hand_computation": {
             "float64_table_loops": _src('''
-                table = torch.zeros(40, 4, dtype=torch.float64)
+                table = torch.zeros(40, 6, dtype=torch.float64)
                 for p in range(40):
-                    for i in range(0, 4, 2):
-                        w = 10000.0 ** (-i / 4)
+                    for i in range(0, 6, 2):
+                        w = 10000.0 ** (-i / 6)
                         table[p, i] = math.sin(p * w)
                         table[p, i + 1] = math.cos(p * w)
                 pe1_dot_pe3 = float(table[1] @ table[3])
@@ -255,8 +259,8 @@ VARIANTS: dict[str, dict[str, dict[str, str]]] = {
             "python_loops_recompute": _src('''
                 def dot_pe(p, q):
                     total = 0.0
-                    for i in range(4):
-                        w = 10000 ** (-(2 * (i // 2)) / 4)  # recomputed every term
+                    for i in range(6):
+                        w = 10000 ** (-(2 * (i // 2)) / 6)  # recomputed every term
                         trig = math.sin if i % 2 == 0 else math.cos
                         total += trig(p * w) * trig(q * w)
                     return total
