@@ -238,7 +238,8 @@ def test_public_check_of_ex03_hand_computation_catches_every_zoo_mistake(
 
 def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
     """A function special-cased to the public head counts (8, 4 and 6) passes the
-    public check but not the hidden grader, which asks for 1, 3, 12, ... heads."""
+    public check but not the hidden grader, which asks for 17, 19, 20, ... heads
+    (counts no page of the book shows)."""
 
     def special_cased(n_heads):
         if n_heads in (8, 4, 6):
@@ -246,7 +247,7 @@ def test_hidden_grader_runs_cases_the_public_check_does_not() -> None:
         return z05.slopes_power_of_two_only(n_heads)
 
     g05.check_alibi_slopes(special_cased)
-    with pytest.raises(CheckFailed, match=r"alibi_slopes\(3\)"):
+    with pytest.raises(CheckFailed, match=r"alibi_slopes\(17\)"):
         g05.grade_alibi_slopes(special_cased)
 
 

@@ -30,7 +30,7 @@ degrees of freedom follow Welch and Satterthwaite, and the interval is
 exponentiated, so it lies in ``[1, inf)``, the range of a perplexity.
 
 >>> text, digest, (train, val) = load_corpus()
->>> len(digest), len(train) > 8 * len(val) > 0
+>>> len(digest), len(train) > 6 * len(val) > 0
 (64, True)
 """
 
