@@ -46,6 +46,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from giveaway_scan import counterparts
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -119,31 +120,6 @@ def _answers_from_graders() -> list[tuple[str, object]]:
                     _record._session = previous
     torch.set_default_dtype(torch.float32)
     return found
-
-
-def _counterparts() -> dict[str, object]:
-    """The library functions the graded functions are planned with (the student
-    writes their own version): qualified name -> function."""
-    import course_lib
-    from course_lib.grading.editions.library import _plan_reference
-    from course_lib.grading.notebooks.integrity import pristine_graders
-
-    course_lib._load_all()
-    out = {}
-    for name, modules in pristine_graders().items():
-        if not name.startswith("grade_"):
-            continue
-        for module_name in modules:
-            try:
-                ref = _plan_reference(sys.modules[module_name], name)
-            except AttributeError:
-                continue
-            where = str(getattr(ref, "__module__", ""))
-            if where.startswith("course_lib.") and not where.startswith(
-                "course_lib.checks"
-            ):
-                out[f"{where}.{ref.__name__}"] = ref
-    return out
 
 
 def _flat(value, path: str, depth: int = 0):
@@ -247,7 +223,7 @@ def run_chapter(md_path: Path, answers: list | None = None) -> list[dict]:
     )
 
     answers = list(_prepare() if answers is None else answers)
-    graded = {id(fn) for fn in _counterparts().values()}
+    graded = {id(fn) for fn in counterparts().values()}
     library_dir = str(Path(course_lib.__file__).resolve().parent)
     # What the library's functions returned to the chapter, and its copies, views
     # and conversions (a TorchFunctionMode follows each operation): tensors by
