@@ -359,6 +359,20 @@ def test_chapter_13_glues_the_numbers_it_derives():
         assert typed not in prose, typed
 
 
+def test_chapter_13_writes_the_head_dimension_as_the_notation_table_does():
+    # book/intro.md's notation table: $d$ (head_dim) is the width of one head's query
+    # and key; chapter 13 once wrote $D$ in its Transformer-XL section
+    intro = (ROOT / "book" / "intro.md").read_text()
+    assert "| $d$, `head_dim` |" in intro
+    text = CH13.read_text()
+    maths = re.findall(r"\$([^$\n]+)\$", re.sub(r"```.*?```", " ", text, flags=re.S))
+    assert maths
+    assert not [m for m in maths if re.search(r"(?<![A-Za-z\\])D(?![A-Za-z])", m)]
+    assert "$(H, L_q, L_k, d)$" in text and "$1/\\sqrt{d}$" in text
+    for name in ("xl_lq", "xl_lk", "xl_heads", "xl_d"):
+        assert f"{{glue:text}}`{name}`" in text, name
+
+
 # --------------------------------------------------------------------------
 # Chapter 12
 
