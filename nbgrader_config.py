@@ -57,3 +57,14 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 #   c.PercentPerDay.max_percent = 100.0
 # A change to any of these, to a due date or to an extension regrades at the next
 # `course autograde`.
+
+# The term (course_lib/grading/editions/term.py; the instructor guide, "Answers that
+# change each term"). Nothing set: the open edition, every exercise's default answer
+# and the graders' fixed hidden cases. A class that gives credit picks, per term,
+# variants whose right answer the public solution does not give, and a seed that
+# draws new hidden cases; `course release` writes both into the release and the
+# gradebook, `course autograde` grades by them:
+#   c.CourseTerm.variants = {"ex05_alibi": "causal"}
+#   c.CourseTerm.seed = 20270101
+# `course release` refuses an exercise or a variant that is not declared, and lists
+# those that are.

@@ -191,7 +191,8 @@ def built() -> dict[str, dict[str, set[str]]]:
             for grader_name in module.__all__:
                 grader = getattr(module, grader_name)
                 function = grader_name.split("_", 1)[1]
-                params = list(inspect.signature(grader).parameters)
+                params = [p for p in inspect.signature(grader).parameters
+                          if p not in ("variant", "seed")]  # a term's
                 args = [namespace[function if len(params) == 1 else p] for p in params]
                 current["function"] = function
                 _run_quietly(grader, *args)

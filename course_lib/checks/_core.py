@@ -52,8 +52,11 @@ from ._errors import CAUSES, CheckFailed
 course_lib._load_all()
 
 __all__ = [
+    "DEFAULT_VARIANT",
+    "TERM_PARAMS",
     "CheckFailed",
     "Mistake",
+    "Variant",
     "answer_shown",
     "call_student",
     "deferred_grade",
@@ -65,8 +68,11 @@ __all__ = [
     "known_mistake",
     "passed",
     "preview",
+    "plan_key",
     "reference_trap",
     "require_plain",
+    "term_rng",
+    "variant_named",
     "with_hint",
 ]
 
@@ -119,6 +125,75 @@ class Mistake:
 
 
 _NOTHING: Any = object()
+
+# --------------------------------------------------------------------------------------
+# variants: answers that change each term (the course configuration's CourseTerm)
+
+DEFAULT_VARIANT = "default"
+# The grader parameters a term sets, in this order, after the student's functions: a
+# public check may take ``variant``; a hidden grader ``variant`` and ``seed``.
+# ``course release`` writes their values into the test cells as constants
+# (:func:`course_lib.grading.editions.term.grader_values`); ``None`` is the open edition's.
+TERM_PARAMS = ("variant", "seed")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A variant of an exercise: what a term may ask instead of the default answer.
+
+    A checks module declares ``VARIANTS = {name: Variant(...)}`` (kebab-case names,
+    never ``"default"``). ``summary`` is one line for the instructor (``course term``
+    lists it); ``references`` maps each graded function whose right answer changes
+    to the name of the checks module's function that computes the variant's answer
+    (a private ``_reference_...`` function, stored for the student edition's public
+    checks); the hidden grader is planned with it (the grading edition) and tests
+    compare the variant's solution with it. ``sections`` maps a graded function to
+    the :class:`~course_lib.checks.sections.Section` that teaches the variant, when it
+    is not the one :data:`~course_lib.checks.sections.SECTIONS` gives."""
+
+    summary: str
+    references: dict[str, str]
+    sections: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.references:
+            raise ValueError("a variant changes the answer of at least one function")
+
+
+def variant_named(variants: dict[str, Variant], variant: str | None,
+                  exercise: str) -> str:
+    """The variant a grader was asked for: ``DEFAULT_VARIANT`` for ``None``, else
+    ``variant`` when ``variants`` (the checks module's ``VARIANTS``) declares it; any
+    other name is a ``ValueError`` that lists the known ones."""
+    if variant is None or variant == DEFAULT_VARIANT:
+        return DEFAULT_VARIANT
+    if variant not in variants:
+        known = ", ".join([DEFAULT_VARIANT, *sorted(variants)])
+        raise ValueError(
+            f"{exercise} has no variant {variant!r}; its variants: {known}"
+        )
+    return variant
+
+
+def term_rng(seed: int, grader: str):
+    """The random source of a hidden grader's cases for a term's ``seed``: a
+    ``random.Random`` seeded with the seed and the grader's name (two graders of one
+    term draw different cases; the same seed gives the same cases on every machine
+    and Python version, as string seeding is stable)."""
+    import random
+
+    return random.Random(f"{int(seed)}:{grader}")
+
+
+def plan_key(grader: str, values: Sequence[Any]) -> str:
+    """The key of a hidden grader's planned calls in the grading edition: its name
+    for the open edition's call (every term value ``None``), else the name and the
+    term values the hidden cell passes (``grade_alibi_bias('causal', 7)``)."""
+    values = tuple(values)
+    if all(v is None for v in values):
+        return grader
+    return f"{grader}{values!r}"
+
 
 # The second level of a message: set to 1 by ``course check --hint``, or by the
 # student (``os.environ["COURSE_HINTS"] = "1"`` in the notebook), read at each failure.
@@ -779,7 +854,7 @@ def passed(name: str, *, public: bool, detail: str = "") -> None:
 _plans: dict[str, Any] | None = None
 
 
-def deferred_grade(grader: str, arguments: tuple) -> None:
+def deferred_grade(grader: str, arguments: tuple, term: tuple = ()) -> None:
     """A hidden grader of the *grading edition* (the ``course_lib`` a sandboxed
     grading kernel sees,
     :func:`course_lib.grading.editions.library.write_grading_edition`): it holds no
@@ -788,15 +863,21 @@ def deferred_grade(grader: str, arguments: tuple) -> None:
     are recorded, and gives no verdict: the grading tool's replay judges them, outside
     the kernel. The planned calls are made until
     one raises (a wrong answer does not stop them: only the replay knows it is
-    wrong); the replay reads as far as its grader goes."""
+    wrong); the replay reads as far as its grader goes. ``term`` holds the values of
+    the grader's :data:`TERM_PARAMS` (the variant and seed the hidden cell passes):
+    each has its own plan (:func:`plan_key`)."""
     global _plans
     if _plans is None:
         path = __file__.rsplit("/", 1)[0] + "/" + _record.PLANS_FILE
         _plans = torch.load(path, weights_only=False)
     dtype = str(torch.get_default_dtype()).removeprefix("torch.")
-    plan = _plans.get(dtype, {}).get(grader, _plans["float32"].get(grader))
+    key = plan_key(grader, term)
+    plan = _plans.get(dtype, {}).get(key, _plans["float32"].get(key))
     if plan is None:
-        raise RuntimeError(f"the grading edition has no plan for {grader}")
+        raise RuntimeError(
+            f"the grading edition has no plan for {key}: it was written for "
+            "another term (course autograde writes it for the course's CourseTerm)"
+        )
     active = _record.session()
     if isinstance(active, _record._Recorder):
         active.deferred.add(grader)

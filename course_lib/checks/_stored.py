@@ -199,10 +199,13 @@ def _checks_modules() -> list[types.ModuleType]:
     ]
 
 
-def _solution_namespace(root: Path, assignment: str) -> dict[str, Any]:
+def _solution_namespace(
+    root: Path, assignment: str, variant: str = "default"
+) -> dict[str, Any]:
     """The instructor's solution of ``assignment``: its answer cells and the cells
     that import or define (only those statements of theirs), executed; test cells
-    and the lab's runs are not."""
+    and the lab's runs are not. For a ``variant``, a cell with that variant's text
+    (cell metadata ``course_variants``) runs that text."""
     path = root / "solutions" / assignment / f"{assignment}.ipynb"
     notebook = json.loads(path.read_text())
     namespace: dict[str, Any] = {"__name__": f"solution_{assignment}"}
@@ -211,6 +214,8 @@ def _solution_namespace(root: Path, assignment: str) -> dict[str, Any]:
             continue
         meta = cell.get("metadata", {}).get("nbgrader", {})
         source = "".join(cell["source"])
+        texts = cell.get("metadata", {}).get("course_variants") or {}
+        source = "".join(texts.get(variant, source))
         if meta.get("grade"):
             continue
         if meta.get("solution"):
@@ -281,14 +286,26 @@ def generate(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 def _run_public_checks(module: types.ModuleType, root: Path) -> None:
-    namespace = _solution_namespace(root, module.__name__.rsplit(".", 1)[1])
-    for check_name in sorted(n for n in module.__all__ if n.startswith("check_")):
-        check = getattr(module, check_name)
-        params = list(inspect.signature(check).parameters)
-        target = check_name.removeprefix("check_")
-        args = [namespace[target if len(params) == 1 else p] for p in params]
-        with contextlib.redirect_stdout(sys.stderr):
-            check(*args)
+    """Every public check of ``module`` on the solution, and, for each variant the
+    module declares (``VARIANTS``), the checks that take a ``variant`` on that
+    variant's solution."""
+    from ._core import TERM_PARAMS
+
+    assignment = module.__name__.rsplit(".", 1)[1]
+    for variant in ["default", *sorted(getattr(module, "VARIANTS", {}) or {})]:
+        namespace = _solution_namespace(root, assignment, variant)
+        for check_name in sorted(n for n in module.__all__ if n.startswith("check_")):
+            check = getattr(module, check_name)
+            every = list(inspect.signature(check).parameters)
+            if variant != "default" and "variant" not in every:
+                continue
+            params = [p for p in every if p not in TERM_PARAMS]
+            target = check_name.removeprefix("check_")
+            args = [namespace[target if len(params) == 1 else p] for p in params]
+            if variant != "default":
+                args.append(variant)
+            with contextlib.redirect_stdout(sys.stderr):
+                check(*args)
 
 
 def _write(path: Path = DATA) -> None:

@@ -5,6 +5,13 @@
 and computed before the student's function runs; the known wrong answers (slopes that
 are only right for powers of two, a positive bias, the Bloom ``+m*j`` form, ...) are
 computed here so that a wrong answer is named, not just reported.
+
+Variants (:data:`VARIANTS`, chosen for a term by ``c.CourseTerm.variants`` in
+``nbgrader_config.py``): ``"causal"`` asks ``alibi_bias`` for the paper's own, causal
+form (§3): ``-m_h (i - j)`` for the keys ``j <= i`` and ``-inf`` for the keys after
+the query, the form every causal language model adds. The open edition's answer (the
+symmetric ``-m_h |i - j|``) fails it, and is named as such. A term's ``seed``
+(``c.CourseTerm.seed``) draws the hidden graders' head counts and lengths anew.
 """
 
 from __future__ import annotations
@@ -19,11 +26,14 @@ from course_lib.alibi import alibi_slopes as _ref_alibi_slopes
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     answer_shown,
     call_student,
     expect_close,
     known_mistake,
     passed,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -40,6 +50,17 @@ __all__ = [
 # in float64 passes. atol 1e-6 is for the zeros on the diagonal.
 _ATOL = 1e-6
 _RTOL = 1e-4
+
+EXERCISE = "ex05_alibi"
+VARIANTS: dict[str, Variant] = {
+    "causal": Variant(
+        summary=(
+            "alibi_bias returns the paper's causal form: -m_h (i - j) for keys "
+            "j <= i, -inf for keys after the query (chapter 5, eq. alibi-score)"
+        ),
+        references={"alibi_bias": "_reference_causal_bias"},
+    ),
+}
 
 
 def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
@@ -136,13 +157,28 @@ def check_alibi_slopes(alibi_slopes: Callable) -> None:
     passed("alibi_slopes", public=True)
 
 
-def grade_alibi_slopes(alibi_slopes: Callable) -> None:
-    """Hidden grade: powers of two and other head counts (17, 20, 24, ...)."""
-    _public_alibi_slopes(alibi_slopes)
+def _hidden_slope_counts(seed: int | None) -> tuple[int, ...]:
+    """The hidden head counts: fixed without a term seed; else 12 counts drawn from
+    17 to 128 (above the 1 to 16 heads chapter 5 shows) by the seed, one of them a
+    power of two and at least eight that are not."""
     # Head counts chapter 5 never shows (its interactive figure embeds the slopes of
     # 1 to 16 heads, its figures 8, 12 and 16): powers of two 32, 64, 128, and
     # counts with 1, 3, 4, 7, 8, 16 or 36 interleaved extra slopes.
-    counts = (17, 19, 20, 23, 24, 28, 32, 40, 48, 64, 100, 128)
+    if seed is None:
+        return (17, 19, 20, 23, 24, 28, 32, 40, 48, 64, 100, 128)
+    rng = term_rng(seed, "grade_alibi_slopes")
+    others = [n for n in range(17, 129) if n & (n - 1)]
+    return tuple(sorted(rng.sample(others, 11) + [rng.choice((32, 64, 128))]))
+
+
+def grade_alibi_slopes(
+    alibi_slopes: Callable, variant: str | None = None, seed: int | None = None
+) -> None:
+    """Hidden grade: powers of two and other head counts (17, 20, 24, ...; drawn by
+    the term's ``seed`` when there is one). No variant changes the slopes."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    _public_alibi_slopes(alibi_slopes)
+    counts = _hidden_slope_counts(seed)
     for n in counts:
         _check_slopes(alibi_slopes, n)
     passed("alibi_slopes", public=False, detail=f"{len(counts)} head counts")
@@ -218,6 +254,77 @@ def _bias_mistakes(n: int, seq_len: int) -> list[Mistake]:
     ]
 
 
+def _reference_causal_bias(n: int, seq_len: int) -> torch.Tensor:
+    """The causal variant's answer: -m_h (i - j) for j <= i, -inf for j > i."""
+    return _ref_alibi_bias(n, seq_len, causal=True)  # (n, seq, seq)
+
+
+def _causal_bias_mistakes(n: int, seq_len: int) -> list[Mistake]:
+    """Wrong answers to the causal variant, the open edition's answer first."""
+    slopes = _ref_alibi_slopes(n).double()[:, None, None]  # (n, 1, 1)
+    pos = torch.arange(seq_len, dtype=torch.float64)
+    i, j = pos[:, None], pos[None, :]  # (seq, 1), (1, seq)
+    symmetric = -slopes * (i - j).abs()  # (n, seq, seq)
+    after = (j > i).expand(n, seq_len, seq_len)
+
+    def causal(bias: torch.Tensor) -> torch.Tensor:
+        return bias.expand(n, seq_len, seq_len).masked_fill(after, float("-inf"))
+
+    return [
+        Mistake(
+            symmetric,
+            "this is the symmetric bias -m_h |i - j| without a mask, the answer of "
+            "the open edition's exercise 5; this term's exercise asks for the "
+            "paper's causal form: -m_h (i - j) for the keys j <= i and -inf for "
+            "the keys after the query (j > i)",
+            "default-variant",
+        ),
+        Mistake(
+            symmetric.masked_fill(after, 0.0),
+            "the keys after the query (j > i) get 0, which leaves them visible; "
+            "a causal bias puts -inf there, so that softmax gives them no weight",
+            "zero-above-diagonal",
+        ),
+        Mistake(
+            symmetric.masked_fill(j < i, float("-inf")),
+            "the -inf is below the diagonal, on the keys BEFORE the query; mask "
+            "the keys after it (j > i): a causal model sees only the past",
+            "mask-below-diagonal",
+        ),
+        Mistake(
+            causal(-symmetric),
+            "the bias is positive (+m_h (i - j)): distant keys must be penalised, "
+            "so the visible entries are -m_h (i - j) <= 0",
+            "positive-sign",
+        ),
+        Mistake(
+            causal(slopes * j),
+            "this is the Bloom form +m_h j under the causal mask: it gives the same "
+            "attention weights (softmax ignores a shift of a whole row), but the "
+            "exercise asks for the bias itself, -m_h (i - j)",
+            "bloom-form",
+        ),
+        Mistake(
+            causal(_bias_from_slopes(_power_of_two_only_slopes(n), seq_len)),
+            "the bias uses the slopes 2^(-8h/n) of the paper's text, which the "
+            "course's rule (the authors' code) matches only for a power-of-two "
+            "number of heads: fix alibi_slopes first",
+            "power-of-two-slopes",
+        ),
+        Mistake(
+            causal(_bias_from_slopes(_ref_alibi_slopes(n).flip(0), seq_len)),
+            "the slopes are assigned to the heads in reversed order: head h takes "
+            "alibi_slopes(n_heads)[h]",
+            "reversed-heads",
+        ),
+        Mistake(
+            causal(-(i - j).abs()),
+            "the distance is not multiplied by the head's slope m_h",
+            "no-slope",
+        ),
+    ]
+
+
 def _raise_if_known(got: object, mistakes: list[Mistake], what: str) -> None:
     for m in mistakes:
         if (
@@ -249,10 +356,39 @@ def _bias_properties(got: torch.Tensor, what: str) -> None:
                           f"but entry {(h, j, i)} is {got[h, j, i].item():.6g}")
 
 
+def _causal_properties(got: torch.Tensor, what: str) -> None:
+    """The defining properties of the causal form, with messages in their terms."""
+    got = got.double()
+    seq_len = got.shape[-1]
+    above = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)  # j > i
+    open_ = above & ~torch.isneginf(got)  # (heads, seq, seq)
+    if bool(open_.any()):
+        h, i, j = (int(v) for v in open_.nonzero()[0])
+        raise CheckFailed(f"{what}[{h}, {i}, {j}] should be -inf (key {j} comes "
+                          f"after query {i}), got {got[h, i, j].item():.6g}")
+    seen = got.masked_fill(above, 0.0)
+    diag = seen.diagonal(dim1=-2, dim2=-1)  # (heads, seq)
+    if bool((diag != 0).any()):
+        h, i = (int(v) for v in (diag != 0).nonzero()[0])
+        raise CheckFailed(f"{what}[{h}, {i}, {i}] should be 0 (a token is at "
+                          f"distance 0 from itself), got {diag[h, i].item():.6g}")
+    bad = ~torch.isfinite(seen) | (seen > 0)
+    if bool(bad.any()):
+        h, i, j = (int(v) for v in bad.nonzero()[0])
+        raise CheckFailed(f"{what}[{h}, {i}, {j}] = {got[h, i, j].item():.6g}; a "
+                          "visible key (j <= i) gets -m_h (i - j), finite and <= 0")
+
+
 def _check_bias(alibi_bias: Callable, n: int, seq_len: int, *,
-                properties: bool = False) -> None:
-    expected = _ref_alibi_bias(n, seq_len)  # (n, seq, seq)
-    mistakes = _known(expected, _bias_mistakes(n, seq_len))
+                properties: bool = False, variant: str = "default") -> None:
+    if variant == "causal":
+        expected = _reference_causal_bias(n, seq_len)  # (n, seq, seq)
+        mistakes = _known(expected, _causal_bias_mistakes(n, seq_len))
+        explain = _causal_properties
+    else:
+        expected = _ref_alibi_bias(n, seq_len)  # (n, seq, seq)
+        mistakes = _known(expected, _bias_mistakes(n, seq_len))
+        explain = _bias_properties
     call = f"alibi_bias({n}, {seq_len})"
     got = call_student(alibi_bias, n, seq_len, call=call)
     # The properties explain a wrong float32/float64 answer (a right one, within the
@@ -264,32 +400,55 @@ def _check_bias(alibi_bias: Callable, n: int, seq_len: int, *,
                                    rtol=_RTOL)):
         _raise_if_known(got, mistakes, call)
         with answer_shown(got):
-            _bias_properties(got, call)
+            explain(got, call)
     expect_close(got, expected, what=call, atol=_ATOL, rtol=_RTOL,
                  mistakes=mistakes, dtype="float")
 
 
-def _public_alibi_bias(alibi_bias: Callable) -> None:
+def _public_alibi_bias(alibi_bias: Callable, variant: str = "default") -> None:
     """Public cases: 4 and 8 heads on short sequences, 6 heads (not a power of two),
     and one head over 20 positions (distances beyond a short table)."""
     for n, seq_len in ((4, 5), (8, 6), (6, 4), (1, 20)):
-        _check_bias(alibi_bias, n, seq_len, properties=True)
+        _check_bias(alibi_bias, n, seq_len, properties=True, variant=variant)
 
 
-def check_alibi_bias(alibi_bias: Callable) -> None:
-    """Public check: 4, 8 and 6 heads on short sequences, one head over 20 positions."""
-    _public_alibi_bias(alibi_bias)
-    passed("alibi_bias", public=True)
+def check_alibi_bias(alibi_bias: Callable, variant: str | None = None) -> None:
+    """Public check: 4, 8 and 6 heads on short sequences, one head over 20 positions
+    (``variant="causal"``: the causal form)."""
+    variant = variant_named(VARIANTS, variant, EXERCISE)
+    _public_alibi_bias(alibi_bias, variant)
+    passed("alibi_bias", public=True,
+           detail="the causal form" if variant == "causal" else "")
 
 
-def grade_alibi_bias(alibi_bias: Callable) -> None:
-    """Hidden grade: 1 head, 20 and 24 heads, odd/even lengths, length 1, properties."""
-    _public_alibi_bias(alibi_bias)
+def _hidden_bias_cases(seed: int | None) -> tuple[tuple[int, int], ...]:
+    """The hidden (heads, length) cases: fixed without a term seed; else seven drawn
+    by the seed (17 to 64 heads, lengths 1 to 12, one of length 1) and one head over
+    150 to 200 positions."""
     # Head counts above the 16 whose causal bias chapter 5's interactive figure
     # embeds (10 positions), but for one head over 180 positions: distances up to
     # 179, where a bias clipped at some maximum distance or cached for a fixed
     # length goes wrong (ALiBi is meant to extrapolate).
-    cases = ((20, 9), (24, 4), (17, 1), (19, 7), (20, 8), (32, 3), (23, 10), (1, 180))
+    if seed is None:
+        return ((20, 9), (24, 4), (17, 1), (19, 7), (20, 8), (32, 3), (23, 10),
+                (1, 180))
+    rng = term_rng(seed, "grade_alibi_bias")
+    cases = [(rng.randint(17, 64), rng.randint(2, 12)) for _ in range(6)]
+    cases.insert(rng.randrange(7), (rng.randint(17, 64), 1))
+    return (*cases, (1, rng.randint(150, 200)))
+
+
+def grade_alibi_bias(
+    alibi_bias: Callable, variant: str | None = None, seed: int | None = None
+) -> None:
+    """Hidden grade: 1 head, 17 to 32 heads, odd/even lengths, length 1, properties
+    (the cases drawn by the term's ``seed`` when there is one; ``variant="causal"``:
+    the causal form)."""
+    variant = variant_named(VARIANTS, variant, EXERCISE)
+    _public_alibi_bias(alibi_bias, variant)
+    cases = _hidden_bias_cases(seed)
     for n, seq_len in cases:
-        _check_bias(alibi_bias, n, seq_len, properties=True)
-    passed("alibi_bias", public=False, detail=f"{len(cases)} (heads, length) cases")
+        _check_bias(alibi_bias, n, seq_len, properties=True, variant=variant)
+    form = "the causal form, " if variant == "causal" else ""
+    passed("alibi_bias", public=False,
+           detail=f"{form}{len(cases)} (heads, length) cases")

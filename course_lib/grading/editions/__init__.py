@@ -6,6 +6,8 @@
   code.
 - :mod:`.publish`: the class edition (``course publish``).
 - :mod:`.launch`: the launch links and the set-up cell of every notebook.
+- :mod:`.term`: the term's exercise variants and hidden-case seed (``CourseTerm``),
+  and the source notebook as a term releases it.
 - :mod:`.chapter_runtime`: what a class-edition chapter notebook runs in a
   student's kernel (the student's own answers, or the build's stored output).
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import inspect
 import json
 import re
 import shutil
@@ -627,8 +628,13 @@ class _Planner:
             raise CheckFailed(f"{call} raised {type(exc).__name__}: {exc}") from exc
 
 
-def _plan_reference(module, grader: str):
-    """The function of ``module`` (a checks module) that ``grader`` is planned with."""
+def _plan_reference(module, grader: str, variant: str = "default"):
+    """The function of ``module`` (a checks module) that ``grader`` is planned with
+    (for ``variant``: the one its ``VARIANTS`` entry names for the function)."""
+    target = grader.removeprefix("grade_")
+    chosen = getattr(module, "VARIANTS", {}).get(variant)
+    if chosen is not None and target in chosen.references:
+        return getattr(module, chosen.references[target])
     if grader in PLAN_REFERENCES:
         name = PLAN_REFERENCES[grader]
         if name is None:
@@ -639,20 +645,39 @@ def _plan_reference(module, grader: str):
             where, name = name.split(":")
             module = importlib.import_module(where)
         return getattr(module, name)
-    target = grader.removeprefix("grade_")
     return getattr(module, f"_ref_{target}")
 
 
-def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
-    """``({dtype: {grader: planned calls}}, checks modules that cannot be planned)``:
+def _term_calls(grader, name: str, module_name: str, term) -> list[tuple]:
+    """``[(plan key, variant, term values)]`` to plan ``grader`` with: the open
+    edition's call, and the call the term's hidden cells make
+    (:func:`course_lib.grading.editions.term.grader_values`) when it differs."""
+    from course_lib.checks._core import TERM_PARAMS, plan_key
+    from course_lib.grading.editions.term import grader_values
+
+    params = [p for p in inspect.signature(grader).parameters if p in TERM_PARAMS]
+    calls = [(name, "default", (None,) * len(params))]
+    if term is not None and params:
+        variant = term.variant(module_name.rsplit(".", 1)[-1])
+        values = grader_values(grader, variant, term.seed)
+        if values:
+            values = values + (None,) * (len(params) - len(values))
+            calls.append((plan_key(name, values), variant, values))
+    return calls
+
+
+def plan_hidden_graders(term=None) -> tuple[dict[str, dict[str, list]], set[str]]:
+    """``({dtype: {plan key: planned calls}}, checks modules that cannot be planned)``:
     every hidden grader run in this process on its reference under a recording
-    session, for the float32 and the float64 default dtype. A grader that uses the
+    session, for the float32 and the float64 default dtype. The key is the grader's
+    name; with a ``term`` (:class:`course_lib.grading.editions.term.Term`), a grader that takes
+    the term's values is planned for them too, on the chosen variant's reference,
+    under :func:`course_lib.checks._core.plan_key`. A grader that uses the
     student's function other than through ``call_student`` makes its module
     unplannable: its assignment keeps the full library in the grading kernel. (No
     grader does: ex10's training run asks for the student's bias through
     ``call_student`` too.)"""
     import contextlib
-    import inspect
     import io
 
     import torch
@@ -677,31 +702,28 @@ def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
             plans[key] = {}
             for (module_name, name), grader in sorted(graders.items()):
                 module = sys.modules[module_name]
-                reference = _plan_reference(module, name)
-                if reference is None:
-                    plans[key][name] = []
-                    continue
-                params = list(inspect.signature(grader).parameters)
-                arguments = (_StandIn(reference),) + (None,) * (len(params) - 1)
-                planner = _Planner(arguments)
-                _record._session = planner
-                try:
-                    with contextlib.redirect_stdout(io.StringIO()):
-                        grader(*arguments)
-                except _DirectCall:
-                    unplannable.add(module_name)
-                    continue
-                except CheckFailed as exc:
-                    if dtype == torch.float32:
-                        raise RuntimeError(
-                            f"cannot plan {name}: it fails on its reference ({exc})"
-                        ) from exc
-                    # the reference itself fails this grader under a float64
-                    # default: the kernel uses the float32 plan
-                    continue
-                finally:
-                    _record._session = previous_session
-                plans[key][name] = planner.plan
+                for plan, variant, values in _term_calls(
+                    grader, name, module_name, term
+                ):
+                    reference = _plan_reference(module, name, variant)
+                    if reference is None:
+                        plans[key][plan] = []
+                        continue
+                    try:
+                        planned = _plan_one(grader, reference, values)
+                    except _DirectCall:
+                        unplannable.add(module_name)
+                        continue
+                    except CheckFailed as exc:
+                        if dtype == torch.float32:
+                            raise RuntimeError(
+                                f"cannot plan {plan}: it fails on its reference "
+                                f"({exc})"
+                            ) from exc
+                        # the reference itself fails this grader under a float64
+                        # default: the kernel uses the float32 plan
+                        continue
+                    plans[key][plan] = planned
     finally:
         torch.set_default_dtype(previous_dtype)
         _record._session = previous_session
@@ -709,19 +731,47 @@ def plan_hidden_graders() -> tuple[dict[str, dict[str, list]], set[str]]:
         for module_name in unplannable:
             for m, name in graders:
                 if m == module_name:
-                    plans[key].pop(name, None)
+                    for plan in [p for p in plans[key] if p.split("(")[0] == name]:
+                        plans[key].pop(plan)
     return plans, unplannable
+
+
+def _plan_one(grader, reference, values: tuple) -> list:
+    """The calls ``grader`` makes of a student's function that answers like
+    ``reference``, its term parameters set to ``values``."""
+    import contextlib
+    import io
+
+    from course_lib.checks import _record
+    from course_lib.checks._core import TERM_PARAMS
+
+    params = [
+        p for p in inspect.signature(grader).parameters if p not in TERM_PARAMS
+    ]
+    arguments = (_StandIn(reference),) + (None,) * (len(params) - 1)
+    planner = _Planner(arguments)
+    previous, _record._session = _record._session, planner
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            grader(*arguments, *values)
+    finally:
+        _record._session = previous
+    return planner.plan
 
 
 def _deferred_stubs(source: str, planned: set[str]) -> str:
     """The student edition's hidden-grader stubs of a checks module become
-    :func:`course_lib.checks._core.deferred_grade` calls (those in ``planned``)."""
+    :func:`course_lib.checks._core.deferred_grade` calls (those in ``planned``): the
+    student's functions, then the term's values (variant, seed) the cell passes."""
+    from course_lib.checks._core import TERM_PARAMS
+
     tree = ast.parse(source)
     edits = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name in planned:
             first, last, indent = _body_span(node)
-            params = [a.arg for a in node.args.args]
+            params = [a.arg for a in node.args.args if a.arg not in TERM_PARAMS]
+            term = [a.arg for a in node.args.args if a.arg in TERM_PARAMS]
             edits.append(
                 (
                     first,
@@ -729,14 +779,17 @@ def _deferred_stubs(source: str, planned: set[str]) -> str:
                     (
                         f"{indent}from ._core import deferred_grade\n"
                         f"{indent}deferred_grade({node.name!r}, "
-                        f"({''.join(p + ', ' for p in params)}))\n"
+                        f"({''.join(p + ', ' for p in params)}), "
+                        f"({''.join(p + ', ' for p in term)}))\n"
                     ),
                 )
             )
     return _replace_lines(source, edits)
 
 
-def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, set[str]]:
+def write_grading_edition(
+    dest: Path, package: Path = PACKAGE, term=None
+) -> tuple[Path, set[str]]:
     """Write the *grading edition* of ``package`` to ``dest/course_lib`` and return
     that folder and the assignments it cannot serve.
 
@@ -748,14 +801,15 @@ def write_grading_edition(dest: Path, package: Path = PACKAGE) -> tuple[Path, se
     no reference implementation and no hidden expected value. The assignments
     returned (named like their checks module; none today) have a hidden
     grader that uses the student's function directly, which no replay can judge:
-    their kernels keep the full library."""
+    their kernels keep the full library. ``term`` (a
+    :class:`course_lib.grading.editions.term.Term`) adds the plans of its variants and seed."""
     import compileall
 
     import torch
 
     out = write_student_edition(dest, package)
-    plans, unplannable = plan_hidden_graders()
-    planned = set(plans["float32"])
+    plans, unplannable = plan_hidden_graders(term)
+    planned = {key.split("(")[0] for key in plans["float32"]}
     for path in sorted((out / "checks").glob("ex[0-9]*_*.py")):
         path.write_text(_deferred_stubs(path.read_text(), planned))
         compile(path.read_text(), str(path), "exec")

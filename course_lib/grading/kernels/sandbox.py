@@ -142,7 +142,9 @@ class SandboxSettings:
     :func:`course_lib.grading.editions.library.write_grading_edition`: no reference
     implementation, no hidden expected value); ``full_library_assignments``: the
     assignments (the kernel's folder, or a notebook in it, has the name) whose
-    kernels see the full package all the same.
+    kernels see the full package all the same. ``term``: the course's term
+    (:meth:`course_lib.grading.editions.term.Term.to_json`; empty for none), whose variants'
+    and seed's hidden calls the grading edition is planned for too.
     """
 
     max_processes: int = 64
@@ -156,6 +158,7 @@ class SandboxSettings:
     library_edition: str | None = None
     full_library_assignments: tuple[str, ...] = ()
     warm_start: bool = True
+    term: str = ""
 
 
 @dataclass
@@ -872,7 +875,7 @@ def _course_lib_file() -> str:
     return course_lib.__file__
 
 
-def grading_edition() -> tuple[str, tuple[str, ...]]:
+def grading_edition(term: str = "") -> tuple[str, tuple[str, ...]]:
     """Write the grading edition of ``course_lib`` (see
     :func:`course_lib.grading.editions.library.write_grading_edition`) to a temporary
     folder, removed when this process exits; its path and the assignments it cannot
@@ -886,7 +889,7 @@ def grading_edition() -> tuple[str, tuple[str, ...]]:
     folder = str(owned_tempdir("course-grading-edition-"))
     atexit.register(shutil.rmtree, folder, True)
     os.chmod(folder, 0o755)  # the sandbox may run as another user
-    cache = _edition_cache()
+    cache = _edition_cache(term)
     if cache is not None and (cache / "edition.json").is_file():
         with contextlib.suppress(OSError, ValueError, KeyError):
             full = json.loads((cache / "edition.json").read_text())["full"]
@@ -900,11 +903,13 @@ def grading_edition() -> tuple[str, tuple[str, ...]]:
         "import json, sys\n"
         "from pathlib import Path\n"
         "from course_lib.grading.editions.library import write_grading_edition\n"
-        "out, full = write_grading_edition(Path(sys.argv[1]))\n"
+        "from course_lib.grading.editions.term import Term\n"
+        "term = Term.from_json(sys.argv[2]) if sys.argv[2] else None\n"
+        "out, full = write_grading_edition(Path(sys.argv[1]), term=term)\n"
         "print(json.dumps([str(out), sorted(full)]))\n"
     )
     run = subprocess.run(
-        [sys.executable, "-c", script, folder], capture_output=True, text=True
+        [sys.executable, "-c", script, folder, term], capture_output=True, text=True
     )
     if run.returncode != 0:
         last = (run.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -923,7 +928,7 @@ def grading_edition() -> tuple[str, tuple[str, ...]]:
     return out, tuple(full)
 
 
-def _edition_cache() -> Path | None:
+def _edition_cache(term: str = "") -> Path | None:
     """Where the grading edition of this ``course_lib`` is kept between runs:
     ``$XDG_CACHE_HOME/course_lib/grading-edition/<key>`` (``~/.cache`` by default),
     the key a hash of the library's files and the Python and torch versions; the
@@ -941,7 +946,8 @@ def _edition_cache() -> Path | None:
     except PackageNotFoundError:
         torch_version = "?"
     key = hashlib.sha256(
-        f"{library_fingerprint()}\0{sys.version}\0{torch_version}".encode()
+        f"{library_fingerprint()}\0{sys.version}\0{torch_version}"
+        f"{chr(0) + term if term else ''}".encode()
     ).hexdigest()[:24]
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     parent = root / "course_lib" / "grading-edition"
@@ -959,7 +965,7 @@ def with_grading_edition(launcher: SandboxLauncher) -> SandboxLauncher:
     ``course_lib`` (no reference implementation of an exercise and no hidden
     expected value to delegate to or read), its bytecode written beforehand."""
     _precompile()
-    edition, full = grading_edition()
+    edition, full = grading_edition(launcher.settings.term)
     return SandboxLauncher(
         dataclasses.replace(
             launcher.settings,
@@ -1007,8 +1013,15 @@ def grading_launcher(
     url = str(course.gradebook_url)
     if url.startswith("sqlite:///"):
         protected.append(url.removeprefix("sqlite:///"))
+    from ..editions.term import read_term
+
+    term = read_term(course)
     launcher = SandboxLauncher(
-        SandboxSettings(max_processes=max_processes, protected=tuple(protected))
+        SandboxSettings(
+            max_processes=max_processes,
+            protected=tuple(protected),
+            term="" if term.is_default else term.to_json(),
+        )
     )
     problem = sandbox_problem(launcher)
     if problem is None:
