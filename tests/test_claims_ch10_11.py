@@ -227,9 +227,10 @@ def test_chapter_11_cites_only_verified_sections():
                            r"([A-Z]?\d+(?:\.\d+)*(?:\s+and\s+[A-Z]?\d+(?:\.\d+)*)?)",
                            text, flags=re.I))
     numbers = {n for c in cited for n in re.split(r"\s+and\s+", c)}
-    # 2.4: Code Llama's "long context fine-tuning" (base 10,000 -> 1,000,000)
-    assert numbers <= {"2.4", "3", "3.1", "3.2", "3.3", "3.4", "3.4.2", "A.1",
-                       "A.2"}, numbers
+    # 2.4: Code Llama's "long context fine-tuning" (base 10,000 -> 1,000,000);
+    # 2.2, 2.3: Chen et al.'s direct extrapolation and position interpolation
+    assert numbers <= {"2.2", "2.3", "2.4", "3", "3.1", "3.2", "3.3", "3.4", "3.4.2",
+                       "A.1", "A.2"}, numbers
     assert "arXiv version 2" in text
     for phrase in ('"out-of-bound"', "section 3.3", "(section 3.4)", "appendix A.1",
                    "section 3.4.2", "section 3.1)"):

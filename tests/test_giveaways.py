@@ -84,10 +84,6 @@ KNOWN: dict[str, str] = {
     "06-relative.md": "book/06-relative.md:326, the t5 interactive figure's JSON holds "
     "the buckets (32 buckets, max distance 128, both directions) of ex06's public "
     "case arange(-200, 201) (the hidden settings moved off the figure in eef481e)",
-    "11-long-context.md": "book/11-long-context.md:417, the yarn interactive figure's "
-    "JSON holds the unscaled frequencies for d = 64 and 128 at base 10000 "
-    "(rope_frequencies(64) and (128), hidden ex04 cases) and the attention factor "
-    "for s = 2, 4, 8 (yarn_attention_factor's public and hidden answers, ex11)",
 }
 
 

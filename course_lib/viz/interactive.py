@@ -48,6 +48,7 @@ __all__ = [
     "T5_MAX_DISTANCES",
     "T5_SPAN",
     "YARN_BETA_FAST",
+    "YARN_CLASS_BETA_FAST",
     "YARN_BETA_SLOW",
     "YARN_FACTORS",
     "YARN_HEADS",
@@ -58,6 +59,7 @@ __all__ = [
     "float32_json",
     "rope_figure_data",
     "t5_figure_data",
+    "yarn_class_figure_data",
     "yarn_figure_data",
 ]
 
@@ -83,6 +85,12 @@ YARN_BETA_SLOW = (0.5, 1.0, 2.0, 4.0)
 YARN_FACTORS = (2.0, 4.0, 8.0, 16.0)
 YARN_HEADS = ((64, 10_000.0), (128, 10_000.0), (128, 500_000.0))  # (head_dim, base)
 YARN_TRAINING_LENGTH = 2048
+# The class edition's YaRN figure (chapter 11): no frequencies and no attention factor
+# (rope_frequencies and yarn_attention_factor are graded, ex04 and ex11), the slow-down
+# of each pair instead; beta_fast without 16, since ex11's hidden correction-range
+# case (16, 4, d = 128, base 10 000, L = 2048) would otherwise be one of its settings
+# (tests/test_claims_ch11.py checks the grid against the graders' calls).
+YARN_CLASS_BETA_FAST = (8.0, 32.0, 64.0)
 
 
 def float32_json(values: torch.Tensor) -> list[float]:
@@ -214,16 +222,48 @@ def yarn_figure_data() -> dict:
             "training_length": L, "theta": theta}
 
 
+def yarn_class_figure_data() -> dict:
+    """The class edition's YaRN figure: the ramp (float64) and the slow-down
+    :math:`\theta_i/\theta_i'` of each pair (float64) per setting, without the
+    frequencies themselves or the attention factor (both graded answers)."""
+    heads = [f"d={d}, b={b:,.0f}" for d, b in YARN_HEADS]
+    sliders = [
+        _slider("beta_fast", "beta_fast", YARN_CLASS_BETA_FAST, 32.0),
+        _slider("beta_slow", "beta_slow", YARN_BETA_SLOW, 1.0),
+        _slider("factor", "factor s", YARN_FACTORS, 4.0),
+        _slider("head", "head_dim, base", heads, heads[1]),
+    ]
+    L = YARN_TRAINING_LENGTH
+    data = {}
+    for key, (fast, slow, s, head) in _grid(sliders):
+        d, base = YARN_HEADS[heads.index(head)]
+        low, high = yarn_correction_range(fast, slow, d, base, L)
+        inv, _ = rope_scaled_frequencies(
+            d, base=base, method="yarn", factor=s, original_max_position=L,
+            beta_fast=fast, beta_slow=slow, dtype=torch.float64,
+        )
+        theta = rope_frequencies(d, base=base, dtype=torch.float64)
+        data[key] = {
+            "low": low, "high": high,
+            "ramp": _f64(yarn_ramp(low, high, d // 2)),
+            "slowdown": _f64(theta / inv),
+        }
+    return {"kind": "yarn_class", "sliders": sliders, "data": data,
+            "training_length": L}
+
+
 FIGURES = {
     "rope": rope_figure_data,
     "alibi": alibi_figure_data,
     "t5": t5_figure_data,
     "yarn": yarn_figure_data,
+    "yarn_class": yarn_class_figure_data,
 }
 
 
 def figure_data(kind: str) -> dict:
-    """The data of one interactive figure (``rope``, ``alibi``, ``t5`` or ``yarn``)."""
+    """The data of one interactive figure (``rope``, ``alibi``, ``t5``, ``yarn`` or
+    ``yarn_class``)."""
     if kind not in FIGURES:
         raise ValueError(
             f"unknown interactive figure {kind!r}; choose one of "

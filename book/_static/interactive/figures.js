@@ -168,14 +168,11 @@
     });
   };
 
-  // YaRN: the index ramp rho_i per pair, and theta_i against theta'_i (log scale).
-  draw.yarn = function (svg, fig, entry, idx) {
-    var n = entry.ramp.length, theta = fig.theta[String(idx[3])];
-    svg.setAttribute("viewBox", "0 0 640 260");
-    var left = {x: 50, y: 24, w: 240, h: 170}, right = {x: 370, y: 24, w: 250, h: 170};
-    var xt = [0, n / 4, n / 2, 3 * n / 4, n - 1];
+  // YaRN's index ramp per pair (left panel of both YaRN figures), from the data.
+  function yarnRamp(svg, entry, left, xt) {
+    var n = entry.ramp.length;
     var a = axes(svg, left, [0, n - 1], [0, 1], {xticks: xt, yticks: [0, 0.5, 1],
-      xlabel: "pair i", ylabel: "\u03c1_i", title: "ramp: 0 kept, 1 interpolated"});
+      xlabel: "pair i", ylabel: "ramp \u03c1", title: "ramp: 0 kept, 1 interpolated"});
     [entry.low, entry.high].forEach(function (edge) {
       if (edge <= n - 1) {
         el(svg, "line", {"class": "pe-edge", x1: r2(a.x(edge)), x2: r2(a.x(edge)),
@@ -186,12 +183,21 @@
       el(svg, "circle", {"class": "pe-ramp", "data-pair": i, "data-value": g,
         cx: r2(a.x(i)), cy: r2(a.y(g)), r: 2.5, fill: BLUE});
     });
+  }
+
+  // YaRN: the index ramp per pair, and the frequencies before and after (log scale).
+  draw.yarn = function (svg, fig, entry, idx) {
+    var n = entry.ramp.length, theta = fig.theta[String(idx[3])];
+    svg.setAttribute("viewBox", "0 0 640 260");
+    var left = {x: 50, y: 24, w: 240, h: 170}, right = {x: 370, y: 24, w: 250, h: 170};
+    var xt = [0, n / 4, n / 2, 3 * n / 4, n - 1];
+    yarnRamp(svg, entry, left, xt);
     var lo = Math.floor(Math.log10(Math.min.apply(null, entry.scaled))), hi = 0;
     var yt = [];
     for (var e = lo; e <= hi; e += Math.max(1, Math.ceil((hi - lo) / 5))) { yt.push(e); }
     var b = axes(svg, right, [0, n - 1], [lo, hi], {xticks: xt, yticks: yt,
       yfmt: function (t) { return "1e" + t; }, xlabel: "pair i",
-      ylabel: "frequency", title: "\u03b8_i (grey) and YaRN's \u03b8\u2032_i (orange)"});
+      ylabel: "frequency", title: "trained (grey) and YaRN's (orange) frequency"});
     [["pe-theta", theta, GREY], ["pe-scaled", entry.scaled, ORANGE]].forEach(function (s) {
       s[1].forEach(function (f, i) {
         el(svg, "circle", {"class": s[0], "data-pair": i, "data-value": f,
@@ -202,6 +208,24 @@
       "text-anchor": "middle", fill: INK}, "low = " + entry.low + ", high = " +
       entry.high + ", attention factor " + short(entry.attention, 4) +
       " (training length " + fig.training_length + ")");
+  };
+
+  // YaRN, class edition: the ramp, and how much YaRN slows each pair (theta / theta').
+  draw.yarn_class = function (svg, fig, entry, idx, values) {
+    var n = entry.ramp.length, s = values[2];
+    svg.setAttribute("viewBox", "0 0 640 260");
+    var left = {x: 50, y: 24, w: 240, h: 170}, right = {x: 370, y: 24, w: 250, h: 170};
+    var xt = [0, n / 4, n / 2, 3 * n / 4, n - 1];
+    yarnRamp(svg, entry, left, xt);
+    var b = axes(svg, right, [0, n - 1], [1, s], {xticks: xt, yticks: [1, (1 + s) / 2, s],
+      xlabel: "pair i", ylabel: "slow-down", title: "slow-down of each pair (1 kept, s interpolated)"});
+    entry.slowdown.forEach(function (f, i) {
+      el(svg, "circle", {"class": "pe-slowdown", "data-pair": i, "data-value": f,
+        cx: r2(b.x(i)), cy: r2(b.y(f)), r: 2.2, fill: ORANGE});
+    });
+    el(svg, "text", {"class": "pe-summary", x: 320, y: 250, "font-size": 11,
+      "text-anchor": "middle", fill: INK}, "low = " + entry.low + ", high = " +
+      entry.high + " (training length " + fig.training_length + ")");
   };
 
   function setup(root) {
