@@ -150,27 +150,168 @@ def _with_hub(**launch) -> dict:
     return config
 
 
-def test_hub_button_pulls_the_student_repository() -> None:
-    student = "https://github.com/some-class/pe-student"
-    settings = settings_from_config(
+HUB = "https://hub.some-class.org"
+
+
+def _hub_settings(**more):
+    return settings_from_config(
         _with_hub(
-            jupyterhub_url="https://hub.some-class.org/",
-            student_repository=student,
+            jupyterhub_url=HUB + "/",
+            student_repository="https://github.com/some-class/pe-student",
             student_branch="term-2027",
+            **more,
         )
     )
-    url = urlparse(
-        launch_urls(settings, "notebooks/ex05_alibi/ex05_alibi.ipynb")["JupyterHub"]
-    )
+
+
+def test_hub_button_pulls_the_student_repository_for_a_chapter() -> None:
+    student = "https://github.com/some-class/pe-student"
+    settings = _hub_settings()
+    url = urlparse(launch_urls(settings, "book/notebooks/05-alibi.ipynb")["JupyterHub"])
     assert (url.scheme, url.netloc) == ("https", "hub.some-class.org")
     assert url.path == "/hub/user-redirect/git-pull"
     query = parse_qs(url.query)
     assert query["repo"] == [student]  # never the repository that holds solutions/
     assert query["branch"] == ["term-2027"]
     # nbgitpuller clones into a folder named after the repository
-    assert query["urlpath"] == [
-        "lab/tree/pe-student/notebooks/ex05_alibi/ex05_alibi.ipynb"
-    ]
+    assert query["urlpath"] == ["lab/tree/pe-student/book/notebooks/05-alibi.ipynb"]
+
+
+def test_hub_button_of_an_exercise_opens_the_fetched_copy() -> None:
+    """One copy of each exercise: on the hub, an exercise notebook opens where
+    nbgrader's Assignments tab fetches it (~/ex05_alibi/ex05_alibi.ipynb, the copy
+    that Submit sends), never a pulled copy of the student repository's notebooks/;
+    Colab and Binder open the repository's file as without a hub."""
+    path = "notebooks/ex05_alibi/ex05_alibi.ipynb"
+    settings = _hub_settings()
+    urls = launch_urls(settings, path)
+    assert urls["JupyterHub"] == (
+        "https://hub.some-class.org/hub/user-redirect/lab/tree/"
+        "ex05_alibi/ex05_alibi.ipynb"
+    )
+    assert "git-pull" not in urls["JupyterHub"]
+    without_hub = launch_urls(settings_from_config(CONFIG), path)
+    assert {k: v for k, v in urls.items() if k != "JupyterHub"} == without_hub
+    classic = _hub_settings(notebook_interface="classic")
+    assert launch_urls(classic, path)["JupyterHub"] == (
+        "https://hub.some-class.org/hub/user-redirect/tree/ex05_alibi/ex05_alibi.ipynb"
+    )
+    # only an exercise's own notebook path counts as an exercise
+    for other in ("notebooks/README.md.ipynb", "book/notebooks/05-alibi.ipynb",
+                  "notebooks/ex05_alibi/sub/x.ipynb"):  # fmt: skip
+        assert "/git-pull?" in launch_urls(settings, other)["JupyterHub"], other
+
+
+def test_class_links_that_pull_an_exercise_open_the_fetched_copy() -> None:
+    from course_lib.grading.editions.launch import rehome_url
+
+    settings = _hub_settings()
+    launch = class_settings(settings)
+    pulled = launch_urls(launch, "book/notebooks/05-alibi.ipynb")["JupyterHub"]
+    exercise = pulled.replace(
+        "book/notebooks/05-alibi.ipynb", "notebooks/ex07_transformer_xl/"
+        "ex07_transformer_xl.ipynb"
+    )  # fmt: skip
+    assert rehome_url(exercise, settings, launch) == (
+        f"{HUB}/hub/user-redirect/lab/tree/ex07_transformer_xl/ex07_transformer_xl.ipynb"
+    )
+    assert rehome_url(pulled, settings, launch) == pulled  # a chapter stays pulled
+
+
+def _exercise_pointer_cells(cells) -> list[int]:
+    return [
+        i for i, c in enumerate(cells)
+        if c["cell_type"] == "markdown" and re.search(
+            r"github\.com/[^)\s]+/blob/[^)\s]+/notebooks/ex05_alibi/ex05_alibi\.ipynb",
+            "".join(c["source"]))
+    ]  # fmt: skip
+
+
+def test_hub_chapter_notebooks_point_to_the_fetched_copy() -> None:
+    """With a hub, the exercise pointer of a chapter notebook (the one the hub
+    button pulls, class edition) is followed by a note: fetch on the Assignments
+    tab, work in ~/ex05_alibi/ex05_alibi.ipynb (a link to it on the hub), the
+    pulled copy is not submitted. Without a hub, no note (the committed ones)."""
+    settings = _hub_settings()
+    for class_edition in (True, False):
+        cells = json.loads(chapter_notebook(
+            ROOT, "book/05-alibi", settings, class_edition=class_edition))["cells"]
+        (pointer,) = _exercise_pointer_cells(cells)
+        note = cells[pointer + 1]
+        text = "".join(note["source"])
+        assert note["metadata"]["tags"] == ["course-hub-note"]
+        assert (
+            f"({HUB}/hub/user-redirect/lab/tree/ex05_alibi/ex05_alibi.ipynb)" in text
+        )
+        assert "`~/ex05_alibi/ex05_alibi.ipynb`" in text and "Fetch" in text
+        assert "not submitted" in text
+        assert sum("course-hub-note" in c["metadata"].get("tags", [])
+                   for c in cells) == 1  # fmt: skip
+    plain = json.loads((ROOT / "book/notebooks/05-alibi.ipynb").read_text())["cells"]
+    assert _exercise_pointer_cells(plain)  # the open edition's pointer, no note
+    assert not any("course-hub-note" in c["metadata"].get("tags", []) for c in plain)
+
+
+def test_pulled_exercise_notebooks_say_they_are_not_submitted(tmp_path) -> None:
+    """course publish on a hub class: each exercise notebook of the student
+    repository (what nbgitpuller pulls) starts with a cell naming the fetched copy;
+    everything else in it is unchanged; a second run keeps one such cell; without
+    a hub nothing changes."""
+    from course_lib.grading.editions.launch import mark_pulled_exercises
+
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))  # fmt: skip
+    paths = sorted((tmp_path / "notebooks").glob("*/*.ipynb"))
+    before = {p: json.loads(p.read_text()) for p in paths}
+    assert mark_pulled_exercises(tmp_path / "notebooks", settings_from_config(CONFIG))\
+        == []  # fmt: skip
+    settings = class_settings(_hub_settings())
+    assert mark_pulled_exercises(tmp_path / "notebooks", settings) == paths
+    mark_pulled_exercises(tmp_path / "notebooks", settings)  # idempotent
+    assert len(paths) >= 11
+    for path in paths:
+        nb = json.loads(path.read_text())
+        first, rest = nb["cells"][0], nb["cells"][1:]
+        assert first["cell_type"] == "markdown", path.name
+        assert first["metadata"]["tags"] == ["course-hub-note"]
+        text = "".join(first["source"])
+        folder = path.parent.name
+        assert text.startswith("*On the class's JupyterHub, this copy is not the one")
+        links = re.findall(r"\]\(([^)\s]+)\)", text)
+        assert links == [
+            f"{HUB}/hub/user-redirect/lab/tree/{folder}/{path.name}"
+        ], (path.name, links)
+        assert f"`{folder}`" in text
+        assert rest == before[path]["cells"], path.name
+        assert "nbgrader" not in first["metadata"]  # never graded
+
+
+def test_hub_notes_in_the_book_pages() -> None:
+    """The book (Sphinx, doctree-resolved): with a hub, a section that links to an
+    exercise notebook on GitHub gets one note per exercise, before its
+    subsections, whose link opens the fetched copy."""
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+    from course_lib.grading.editions.launch import _hub_notes_in_doctree
+
+    blob = "https://github.com/some-class/pe-student/blob/term-2027/notebooks"
+    doctree = publish_doctree(
+        "Title\n=====\n\nExercise\n--------\n\n"
+        f"Read `it <{blob}/ex05_alibi/ex05_alibi.ipynb>`__ and `again "
+        f"<{blob}/ex05_alibi/ex05_alibi.ipynb>`__.\n\n"
+        "Sub\n~~~\n\ntext\n\nOther\n-----\n\n`a chapter <"
+        "https://github.com/some-class/pe-student/blob/term-2027/book/05.md>`__\n"
+    )
+    _hub_notes_in_doctree(doctree, _hub_settings())
+    notes = list(doctree.findall(nodes.note))
+    assert len(notes) == 1
+    section = notes[0].parent
+    assert section["names"] == ["exercise"]
+    kinds = [type(c).__name__ for c in section.children]
+    assert kinds == ["title", "paragraph", "note", "section"]
+    (link,) = [r["refuri"] for r in notes[0].findall(nodes.reference)]
+    assert link == f"{HUB}/hub/user-redirect/lab/tree/ex05_alibi/ex05_alibi.ipynb"
 
 
 def test_a_hub_without_a_student_repository_is_refused() -> None:

@@ -24,7 +24,18 @@ Three things live here, all driven by the settings in ``_config.yml``:
   lead to the sibling notebook or the published page;
 * a small **Sphinx extension** (listed in ``_config.yml``) that points the book's
   Binder, Colab and JupyterHub buttons and its ``.ipynb`` download at those notebooks
-  (sphinx-book-theme would open the ``.md`` source, which Colab cannot read).
+  (sphinx-book-theme would open the ``.md`` source, which Colab cannot read);
+* **one copy of each exercise on a class hub** (``jupyterhub_url`` set). The
+  JupyterHub button pulls the whole student repository (nbgitpuller), its
+  ``notebooks/`` included, while nbgrader's Assignments tab fetches exercise ``A``
+  into ``~/A/`` and submits only that copy. The course takes the fetched copy as the
+  one path: a hub link to an exercise notebook opens ``~/A/A.ipynb``
+  (:func:`fetched_url`, from :func:`launch_urls` and :func:`rehome_url`), each
+  exercise pointer of the book and of the chapter notebooks is followed by a note
+  saying how to fetch that copy and that the pulled one is not submitted
+  (:func:`hub_exercise_note`), and ``course publish`` starts each exercise notebook
+  of the student repository with a cell saying the same
+  (:func:`mark_pulled_exercises`). Without a hub nothing of this applies.
 
 Settings (``_config.yml``)::
 
@@ -68,7 +79,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from ..errors import CourseError
 
@@ -82,7 +93,12 @@ __all__ = [
     "chapter_setup_cell",
     "class_book_url",
     "class_settings",
+    "exercise_of",
     "feedback_settings",
+    "fetched_url",
+    "hub_exercise_note",
+    "mark_pulled_exercises",
+    "note_markdown",
     "pages_url",
     "chapter_pages",
     "insert_setup_cell",
@@ -478,6 +494,8 @@ def chapter_notebook(
             moved = _CHAPTER_LINK.sub(links, joined)
             if moved != joined:
                 cell["source"] = moved.splitlines(keepends=True)
+    if settings.jupyterhub_url:  # the fetched copy of each exercise it points to
+        _add_hub_notes(data["cells"], settings)
     insert_setup_cell(data, settings)
     if class_edition:
         data["cells"].insert(1, chapter_setup_cell(Path(page).name))
@@ -587,7 +605,9 @@ def book_page_url(settings: LaunchSettings, page: str, label: str = "") -> str:
 def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
     """Button text -> URL that opens the repository file ``path`` (an ``.ipynb``) on
     each configured service. JupyterHub pulls the student repository (nbgitpuller)
-    and opens the same path in it."""
+    and opens the same path in it, except for an exercise notebook
+    (``notebooks/<assignment>/<name>.ipynb``): that opens the copy nbgrader's
+    Assignments tab fetches, the one a student submits (:func:`fetched_url`)."""
     org, repo = settings.github
     ui = _UI_PREFIX[settings.notebook_interface]
     urls = {}
@@ -600,7 +620,9 @@ def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
         urls["Colab"] = (
             f"{settings.colab_url}/github/{org}/{repo}/blob/{settings.branch}/{path}"
         )
-    if settings.jupyterhub_url:
+    if settings.jupyterhub_url and exercise_of(path):
+        urls["JupyterHub"] = fetched_url(settings, path)
+    elif settings.jupyterhub_url:
         _, student_repo = _github_parts(
             settings.student_repository, "launch_buttons.student_repository"
         )
@@ -618,6 +640,159 @@ def launch_urls(settings: LaunchSettings, path: str) -> dict[str, str]:
     return urls
 
 
+# --- one copy of each exercise on a class hub ------------------------------------
+#
+# On a hub, nbgrader's Assignments tab fetches exercise A into ~/A/ and submits that
+# copy; the student repository that the JupyterHub button pulls (nbgitpuller, for
+# the chapter notebooks) holds notebooks/A/ too, which is never submitted. The
+# course takes the fetched copy as the one path: every hub link to an exercise
+# opens it (launch_urls, rehome_url), the book's exercise pointers and the chapter
+# notebooks say where it is (hub_exercise_note), and each pulled copy starts with
+# a cell saying it is not the one submitted (mark_pulled_exercises).
+
+# an exercise notebook of the repository, as nbgrader lays releases out
+_EXERCISE = re.compile(r"notebooks/(?P<assignment>[^/]+)/(?P<name>[^/]+\.ipynb)")
+# a GitHub page of one (the chapters' "read it on GitHub"), in any repository
+_EXERCISE_ON_GITHUB = re.compile(
+    r"https://github\.com/[^/\s]+/[^/\s]+/blob/[^/\s]+/"
+    r"(?P<path>notebooks/[^/\s]+/[^/\s)]+\.ipynb)"
+)
+HUB_NOTE_TAG = "course-hub-note"
+
+
+def exercise_of(path: str) -> tuple[str, str] | None:
+    """``(assignment, notebook file)`` of an exercise notebook's repository path
+    (``notebooks/ex05_alibi/ex05_alibi.ipynb``); ``None`` for any other path."""
+    match = _EXERCISE.fullmatch(path.strip("/"))
+    return (match["assignment"], match["name"]) if match else None
+
+
+def fetched_url(settings: LaunchSettings, path: str) -> str:
+    """The hub address of the copy of the exercise notebook ``path`` that nbgrader's
+    Assignments tab fetches into the student's home (``~/<assignment>/<name>``):
+    ``{hub}/hub/user-redirect/lab/tree/<assignment>/<name>``. That copy is the one
+    nbgrader submits; it exists once the student has fetched the assignment."""
+    found = exercise_of(path)
+    if found is None or not settings.jupyterhub_url:
+        raise LaunchSettingsError(
+            f"{path!r} is not an exercise notebook (notebooks/<assignment>/<name>"
+            ".ipynb) or no launch_buttons.jupyterhub_url is set"
+        )
+    ui = _UI_PREFIX[settings.notebook_interface]
+    where = quote(f"{found[0]}/{found[1]}")
+    return f"{settings.jupyterhub_url}/hub/user-redirect/{ui}/{where}"
+
+
+def hub_exercise_note(
+    settings: LaunchSettings, path: str, *, pulled: bool = False
+) -> list[tuple[str, str, str]]:
+    """What a hub student is told about the exercise notebook ``path``, as
+    ``(kind, text, url)`` parts (kind: ``text``, ``em``, ``code``, ``link``;
+    :func:`note_markdown` writes them as markdown, the book as its own nodes).
+    ``pulled``: the note of the pulled copy itself (its first cell)."""
+    assignment, name = exercise_of(path)
+    fetched = f"~/{assignment}/{name}"
+    url = fetched_url(settings, path)
+    if pulled:
+        head = [
+            ("em", "On the class's JupyterHub, this copy is not the one you "
+             "submit.", ""),
+            ("text", " It came with the course's repository (the JupyterHub "
+             "button pulls it for the chapters); nbgrader submits the copy that its "
+             "Assignments tab fetches, so answers written here are never graded. ",
+             ""),
+        ]  # fmt: skip
+    else:
+        head = [("em", "On the class's JupyterHub:", ""), ("text", " ", "")]
+    return head + [
+        ("text", "Open " if pulled else "open ", ""),
+        ("em", "Nbgrader → Assignment List", ""),
+        ("text", ", press ", ""),
+        ("em", "Fetch", ""),
+        ("text", " next to ", ""),
+        ("code", assignment, ""),
+        ("text", " and work in ", ""),
+        ("code", fetched, ""),
+        ("text", " (", ""),
+        ("link", "open it on the hub", url),
+        ("text", "). ", ""),
+        ("em", "Submit", ""),
+        ("text", " on the same tab sends that copy."
+         + ("" if pulled else f" The copy in notebooks/{assignment}/ of the "
+            "repository the JupyterHub button pulls is not submitted."), ""),
+    ]  # fmt: skip
+
+
+def note_markdown(parts: list[tuple[str, str, str]]) -> str:
+    """The parts of :func:`hub_exercise_note` as one markdown paragraph."""
+    out = []
+    for kind, text, url in parts:
+        out.append(
+            {"em": f"*{text}*", "code": f"`{text}`", "link": f"[{text}]({url})"}.get(
+                kind, text
+            )
+        )
+    return "".join(out)
+
+
+def _note_cell(markdown: str, cell_id: str) -> dict[str, Any]:
+    return {
+        "cell_type": "markdown",
+        "id": cell_id,
+        "metadata": {"deletable": False, "editable": False, "tags": [HUB_NOTE_TAG]},
+        "source": markdown,
+    }
+
+
+def _add_hub_notes(cells: list[dict[str, Any]], settings: LaunchSettings) -> None:
+    """After each markdown cell that links to an exercise notebook's GitHub page
+    (the chapters' exercise pointers), a cell with :func:`hub_exercise_note`."""
+    seen: set[str] = set()
+    for i in range(len(cells) - 1, -1, -1):
+        cell = cells[i]
+        if cell["cell_type"] != "markdown":
+            continue
+        src = cell["source"]
+        text = "".join(src) if isinstance(src, list) else src
+        for match in _EXERCISE_ON_GITHUB.finditer(text):
+            path = match["path"]
+            if path in seen or not exercise_of(path):
+                continue
+            seen.add(path)
+            note = note_markdown(hub_exercise_note(settings, path))
+            assignment = exercise_of(path)[0]
+            cells.insert(i + 1, _note_cell(note, f"{HUB_NOTE_TAG}-{assignment}"))
+
+
+def mark_pulled_exercises(folder: Path, settings: LaunchSettings) -> list[Path]:
+    """On a hub class (``jupyterhub_url`` set), start every exercise notebook under
+    ``folder`` (the student repository's ``notebooks/``, which the JupyterHub
+    button pulls) with a cell saying that this copy is not submitted and where the
+    fetched one is (:func:`hub_exercise_note`); an old such cell is replaced.
+    Returns the notebooks changed; none without a hub."""
+    if not settings.jupyterhub_url:
+        return []
+    changed = []
+    for path in sorted(Path(folder).glob("*/*.ipynb")):
+        rel = f"notebooks/{path.parent.name}/{path.name}"
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        note = note_markdown(hub_exercise_note(settings, rel, pulled=True))
+        cell = _note_cell(note, HUB_NOTE_TAG)
+        if nb.get("nbformat", 4) == 4 and nb.get("nbformat_minor", 0) < 5:
+            cell.pop("id")  # cell ids exist from nbformat 4.5 on
+        others = [
+            c for c in nb["cells"]
+            if HUB_NOTE_TAG not in (c.get("metadata", {}).get("tags") or [])
+        ]  # fmt: skip
+        nb["cells"] = [cell, *others]
+        path.write_text(
+            json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n",
+            encoding="utf-8",
+        )
+        changed.append(path)
+    return changed
+
+
 # --- links of the class edition -------------------------------------------------
 
 
@@ -626,8 +801,13 @@ def rehome_url(url: str, open_settings: LaunchSettings, launch: LaunchSettings) 
     when it opens a file of the repository: a GitHub page (``/blob/``, ``/tree/``,
     ``/raw/``), a raw file, or the file on Colab or Binder. The chapters' prose
     links ("read it on GitHub", "exercise 5 in Colab") then lead into the published
-    tree (whose ``notebooks/`` and ``book/notebooks/`` hold those paths); any other
-    URL is returned as it is."""
+    tree (whose ``notebooks/`` and ``book/notebooks/`` hold those paths). On a hub
+    class, a link that pulls an exercise notebook onto the hub (nbgitpuller) opens
+    the fetched copy instead (:func:`fetched_url`). Any other URL is returned as it
+    is."""
+    pulled = _pulled_exercise(url, launch)
+    if pulled:
+        return fetched_url(launch, pulled)
     org, repo = open_settings.github
     new_org, new_repo = launch.github
     branch, new_branch = open_settings.branch, launch.branch
@@ -664,6 +844,21 @@ def rehome_url(url: str, open_settings: LaunchSettings, launch: LaunchSettings) 
     return url
 
 
+def _pulled_exercise(url: str, settings: LaunchSettings) -> str | None:
+    """The exercise notebook's repository path that ``url`` pulls onto this
+    class's hub with nbgitpuller (``git-pull?...&urlpath=lab/tree/REPO/PATH``);
+    ``None`` for any other URL."""
+    hub = settings.jupyterhub_url
+    if not hub or not url.startswith(f"{hub}/hub/user-redirect/git-pull?"):
+        return None
+    (urlpath, *_) = parse_qs(urlsplit(url).query).get("urlpath") or [""]
+    for ui in _UI_PREFIX.values():
+        if urlpath.startswith(f"{ui}/"):
+            _folder, _, path = urlpath.removeprefix(f"{ui}/").partition("/")
+            return path if exercise_of(path) else None
+    return None
+
+
 _URL = re.compile(r"https?://[^\s)\]>\"'`]+")
 
 
@@ -677,16 +872,63 @@ def rehome_links(
 def _rehome_references(app, doctree, docname) -> None:
     """In the class edition, the links of the pages that open a file of the course's
     repository open it in the student repository instead (none is left pointing at
-    the instructor's repository)."""
+    the instructor's repository). With a hub, each section that points to an
+    exercise notebook on GitHub (the chapters' exercise pointers) ends with where
+    the copy to work in and submit is (:func:`hub_exercise_note`)."""
     launch = app.env.course_launch_settings
-    if not app.env.course_class_edition or launch is None:
+    if launch is None:
         return
     from docutils import nodes
 
-    for node in doctree.findall(nodes.reference):
-        uri = node.get("refuri")
-        if uri:
-            node["refuri"] = rehome_url(uri, app.env.course_open_settings, launch)
+    if app.env.course_class_edition:
+        for node in doctree.findall(nodes.reference):
+            uri = node.get("refuri")
+            if uri:
+                node["refuri"] = rehome_url(uri, app.env.course_open_settings, launch)
+    if launch.jupyterhub_url:
+        _hub_notes_in_doctree(doctree, launch)
+
+
+def _hub_notes_in_doctree(doctree, settings: LaunchSettings) -> None:
+    """A note (:func:`hub_exercise_note`) at the end of each section's own text
+    (before its subsections) for each exercise notebook its links show on GitHub."""
+    from docutils import nodes
+
+    wanted: dict[int, tuple[nodes.Element, list[str]]] = {}
+    for ref in doctree.findall(nodes.reference):
+        match = _EXERCISE_ON_GITHUB.fullmatch(ref.get("refuri", ""))
+        section = ref.parent
+        while section is not None and not isinstance(section, nodes.section):
+            section = section.parent
+        if match is None or section is None or not exercise_of(match["path"]):
+            continue
+        paths = wanted.setdefault(id(section), (section, []))[1]
+        if match["path"] not in paths:
+            paths.append(match["path"])
+    for section, paths in wanted.values():
+        at = next(
+            (i for i, c in enumerate(section.children) if isinstance(c, nodes.section)),
+            len(section.children),
+        )
+        for path in reversed(paths):
+            section.insert(at, _note_node(hub_exercise_note(settings, path)))
+
+
+def _note_node(parts: list[tuple[str, str, str]]):
+    """The parts of :func:`hub_exercise_note` as a docutils note."""
+    from docutils import nodes
+
+    para = nodes.paragraph()
+    for kind, text, url in parts:
+        if kind == "em":
+            para += nodes.emphasis(text, text)
+        elif kind == "code":
+            para += nodes.literal(text, text)
+        elif kind == "link":
+            para += nodes.reference(text, text, refuri=url, internal=False)
+        else:
+            para += nodes.Text(text)
+    return nodes.note("", para, classes=[HUB_NOTE_TAG])
 
 
 # --- Sphinx extension -----------------------------------------------------------

@@ -392,6 +392,7 @@ def _write_launch_files(
     from .launch import (
         chapter_notebook_path,
         class_settings,
+        mark_pulled_exercises,
         read_settings,
         refresh_setup_cells,
         student_wheel_name,
@@ -414,6 +415,8 @@ def _write_launch_files(
         )
     else:
         refresh_setup_cells(sorted((out / "notebooks").rglob("*.ipynb")), launch)
+        # a hub class: the pulled copies say they are not the ones submitted
+        mark_pulled_exercises(out / "notebooks", launch)
     for page, text in texts.items():
         path = out / chapter_notebook_path(page)
         path.parent.mkdir(parents=True, exist_ok=True)
