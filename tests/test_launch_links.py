@@ -286,6 +286,28 @@ def test_pulled_exercise_notebooks_say_they_are_not_submitted(tmp_path) -> None:
         assert "nbgrader" not in first["metadata"]  # never graded
 
 
+def test_a_chapter_on_the_hub_uses_the_fetched_copy(tmp_path, monkeypatch) -> None:
+    """The chapter set-up takes the student's answers from the copy nbgrader
+    fetched into the home folder (the one submitted), not from the pulled copy of
+    the student repository beside the chapter notebook."""
+    from course_lib.grading.editions.chapter_runtime import find_exercise_notebooks
+
+    home, pulled = tmp_path / "home", tmp_path / "home" / "pe-student"
+    name = "ex05_alibi/ex05_alibi.ipynb"
+    for where in (home, pulled / "notebooks"):
+        (where / name).parent.mkdir(parents=True)
+        (where / name).write_text("{}")
+    (pulled / "notebooks" / "ex06_relative").mkdir()
+    (pulled / "notebooks" / "ex06_relative" / "ex06_relative.ipynb").write_text("{}")
+    (pulled / "book" / "notebooks").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    found = find_exercise_notebooks(pulled / "book" / "notebooks")
+    assert found == [
+        (home / name).resolve(),
+        (pulled / "notebooks" / "ex06_relative" / "ex06_relative.ipynb").resolve(),
+    ]
+
+
 def test_hub_notes_in_the_book_pages() -> None:
     """The book (Sphinx, doctree-resolved): with a hub, a section that links to an
     exercise notebook on GitHub gets one note per exercise, before its

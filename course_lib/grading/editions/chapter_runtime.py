@@ -79,12 +79,15 @@ def install_glue() -> bool:
 
 
 def find_exercise_notebooks(start: Path | None = None) -> list[Path]:
-    """Exercise notebooks (``exNN_*.ipynb``) where a student keeps them: the
-    published tree's ``../../notebooks/*/`` from ``start`` (the chapter notebook's
-    folder), ``start`` itself, and the home folder's ``exNN_*/`` (nbgrader's fetch)."""
+    """Exercise notebooks (``exNN_*.ipynb``) where a student keeps them: the home
+    folder's ``exNN_*/`` (nbgrader's fetch), the published tree's
+    ``../../notebooks/*/`` from ``start`` (the chapter notebook's folder), and
+    ``start`` itself. Where two have the same name the first wins: on a class hub
+    the fetched copy, the one the student submits, not the copy the JupyterHub
+    button pulled with the chapters."""
     start = Path(start or Path.cwd()).resolve()
     found: dict[str, Path] = {}
-    places = [start / "../../notebooks", start, Path.home()]
+    places = [Path.home(), start / "../../notebooks", start]
     for place in places:
         for pattern in ("ex[0-9][0-9]_*.ipynb", "ex[0-9][0-9]_*/ex[0-9][0-9]_*.ipynb"):
             for path in sorted(place.glob(pattern)):
