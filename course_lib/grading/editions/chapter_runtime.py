@@ -241,8 +241,10 @@ class _Chapter:
             return
         if isinstance(exc, NotImplementedError):
             note += (
-                " Solve it in its exercise notebook (../../notebooks/ from this "
-                "chapter's folder) and run the chapter again to use your answer."
+                " Solve it in its exercise notebook (on a class hub, the copy the "
+                "Assignments tab fetched into your home folder; else "
+                "../../notebooks/ from this chapter's folder) and run the chapter "
+                "again to use your answer."
             )
         print(note + " Below, the course's stored output of this cell:")
         _replay(outputs)
