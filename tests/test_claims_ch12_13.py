@@ -461,7 +461,8 @@ def test_chapter_12_renders_the_math_of_its_computed_text():
     text = CH12.read_text()
     front = text.split("\n---\n", 1)[0]
     assert "mystnb:\n  render_markdown_format: myst" in front
-    assert "at $L$)\\n\\n\"" in text  # an output that needs it (the sliding table)
+    # an output that needs it (the sliding table's heading)
+    assert "every token scored past $L$ sits at an untrained position)\\n\\n\"" in text
 
 
 def test_chapter_12_sliding_reference_is_scored_with_a_short_stride():

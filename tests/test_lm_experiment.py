@@ -377,7 +377,7 @@ def test_chapter_prose_types_no_results():
     assert json.loads(RESULTS.read_text())["interval"].startswith("95%")
     # and the machinery is used: glued settings and computed statements
     text = CHAPTER.read_text()
-    assert "{glue:text}`" in text and "rep.comparisons(record)" in text
+    assert "{glue:text}`" in text and "rep.comparisons(record, floor=unigram)" in text
 
 
 def test_prose_check_catches_a_typed_number():
@@ -396,9 +396,14 @@ def test_chapter_comparisons_follow_their_intervals():
     for c in comps.values():
         assert c.low <= c.ratio <= c.high
         assert c.paired  # issue 33: every comparison is paired over seeds
+        # lower / higher only for an interval wholly beyond the margin: never for a
+        # difference that may lie inside it (e.g. [1.007, 1.025] at a 2 % margin)
         want = ("equivalent" if 1 / m < c.low and c.high < m else
-                "lower" if c.high < 1 else "higher" if c.low > 1 else "undecided")
+                "lower" if c.high < 1 / m else "higher" if c.low > m else "undecided")
         assert c.verdict == want, c
+    assert lm_report.verdict({"low": 1.007, "high": 1.025}) == "undecided"
+    assert lm_report.verdict({"low": 1.021, "high": 1.5}) == "higher"
+    assert lm_report.verdict({"low": 0.5, "high": 0.979}) == "lower"
     # static NTK against NTK at s = T/L only where their factors differ (at the
     # largest multiplier both are the same rotation, a ratio of exactly 1)
     for T, f in rec["factors"]["ntk"].items():
@@ -530,3 +535,100 @@ def test_stored_dynamic_cells_pair_with_the_record():
             assert 1 <= c.low <= c.ratio <= c.high
         else:
             assert c.verdict == lm_report.verdict({"low": c.low, "high": c.high})
+
+
+def test_unigram_floor_and_no_equivalence_between_collapsed_cells():
+    """The chapter's 'collapsed' level is the validation perplexity of the training
+    split's byte frequencies (add-one over 128 bytes), recomputed here with a
+    Counter; two cells at or above it are 'collapsed', never equivalent."""
+    from collections import Counter
+
+    from course_lib.experiments import lm_report
+
+    _, _, (train, val) = load_corpus()
+    tr = encode(train).tolist()
+    va = encode(val).tolist()[1:]
+    counts = Counter(tr)
+    total = len(tr) + 128
+    nll = -sum(math.log((counts[b] + 1) / total) for b in va) / len(va)
+    floor = lm_report.unigram_perplexity()
+    assert math.isclose(floor, math.exp(nll), rel_tol=1e-9)
+    assert 1 < floor < 128  # better than uniform over the bytes
+    rec = json.loads(RESULTS.read_text())
+    cell = rec["perplexity"]["nonoverlap"]["alibi"][str(rec["settings"]["train_length"])]
+    # the same cell against itself is equivalent, unless both sit at the floor
+    c = lm_report.compare(rec, "x", "x", cell, cell, floor=floor)
+    assert c.verdict == "equivalent"
+    c = lm_report.compare(rec, "x", "x", cell, cell, floor=cell["mean"] / 2)
+    assert c.verdict == "collapsed"
+    means = lm_report.all_means(rec, lm_report.load_dynamic())
+    assert len(means) > 100 and max(means) < floor  # the chapter's statement
+    comps = lm_report.comparisons(rec, floor=floor)
+    assert all(c.verdict != "collapsed" for c in comps.values())
+
+
+def _shift_invariant(method: str, L: int = 8) -> bool:
+    """Whether the position signal of a TinyTransformer with ``method`` depends on
+    distances only: the attention terms (bias or rotated q.k) of positions
+    ``i + L, j + L`` equal those of ``i, j``, and the inputs to the first block of
+    the same tokens do not change when the tokens move by ``L``."""
+    from course_lib.experiments.model import ModelConfig, TinyTransformer
+
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(vocab_size=16, n_classes=16, method=method,
+                                        train_length=L, d_model=16, n_heads=2))
+    tokens = torch.randint(0, 16, (1, L))
+    doubled = torch.cat([torch.randint(0, 16, (1, L)), tokens], dim=1)  # (1, 2L)
+    same_input = torch.allclose(model.embed_tokens(tokens),
+                                model.embed_tokens(doubled)[:, L:], atol=1e-6)
+    same_scores = True
+    if method == "rope":
+        q, k = torch.randn(2, 1, 1, 2 * L, 8, dtype=torch.float64).unbind(0)
+        q[..., L:, :], k[..., L:, :] = q[..., :L, :], k[..., :L, :]
+        rope = model.shared["rope"]
+        rq, rk = rope(q.float()), rope(k.float())
+        scores = rq @ rk.transpose(-2, -1)  # (1, 1, 2L, 2L)
+        same_scores = torch.allclose(scores[..., L:, L:], scores[..., :L, :L],
+                                     atol=1e-4)
+    elif method == "t5":
+        bias = model.shared["t5"](2 * L)
+        same_scores = torch.allclose(bias[:, L:, L:], bias[:, :L, :L])
+    elif method == "alibi":
+        from course_lib import alibi_bias
+
+        bias = alibi_bias(2, 2 * L, causal=True)
+        same_scores = torch.equal(bias[:, L:, L:], bias[:, :L, :L])
+    return same_input and same_scores
+
+
+def test_sliding_context_comparisons_only_for_distance_only_methods():
+    """Chapter 12: a sliding-window score at 2L against L asks whether context
+    beyond L helps only where moving a window leaves the position signal of the
+    near context unchanged (distance-only methods; Press et al., appendix B.2 draw
+    the context conclusion for ALiBi and T5 and report the sinusoidal model's
+    sliding perplexity exploding). Which methods those are is derived here from the
+    models, not from the report's list."""
+    from course_lib.experiments import lm_report
+
+    base = [m for m in LM_METHODS if m != "rope+yarn"]  # rope+yarn: a rescaled rope
+    derived = {m for m in base if _shift_invariant(m)}
+    assert derived == set(lm_report.DISTANCE_ONLY) - {"rope+yarn"}
+    assert set(base) - derived == set(lm_report.ABSOLUTE)
+    rec = json.loads(RESULTS.read_text())
+    comps = lm_report.comparisons(rec)
+    gains = {k.split("/")[2] for k in comps if k.startswith(("gain2/", "gain4/"))}
+    assert gains == set(lm_report.DISTANCE_ONLY) & set(rec["perplexity"]["sliding"])
+    for m in lm_report.ABSOLUTE:
+        assert "untrained" in comps[f"rise/sliding/{m}"].text
+    text = CHAPTER.read_text()
+    assert "For which methods the sliding window answers that question" in text
+    assert "explodes" in text and "Table 13" in text
+
+
+def test_no_verdict_from_per_cell_intervals():
+    """Chapter 12 states no ordering read off cells' own intervals ('the lowest
+    geometric mean', 'beyond the interval(s)'): every verdict is a paired ratio."""
+    text = CHAPTER.read_text()
+    for phrase in ("lowest geometric mean", "beyond the interval", "inside the intervals",
+                   "overlapping intervals"):
+        assert phrase not in text, phrase

@@ -8,8 +8,15 @@ and text sampling), paired over seeds (every model of the chapter is trained wit
 same seeds, so seed ``k`` of one cell is compared with seed ``k`` of the other) and
 over the text (the same resampled blocks for both cells). Its verdict uses the
 equivalence margin :data:`MARGIN`: ``"equivalent"`` when the whole interval lies
-within ``[1/MARGIN, MARGIN]``, else ``"lower"`` or ``"higher"`` when it lies below
-or above 1, else ``"undecided"``. Two cells are
+within ``[1/MARGIN, MARGIN]``, ``"lower"`` or ``"higher"`` only when it lies wholly
+beyond the margin (below ``1/MARGIN`` or above ``MARGIN``: a difference larger than
+the margin), else ``"undecided"``; an interval that excludes 1 but reaches inside the
+margin is undecided (its direction is clear, not whether it exceeds the margin).
+Two cells that both lie at or above the unigram perplexity
+(:func:`unigram_perplexity`, a model that ignores its context) are never called
+equivalent: their verdict is ``"collapsed"``. The sliding-window comparisons that ask
+whether context beyond ``L`` helps are made only for the methods in
+:data:`DISTANCE_ONLY` (see there). Two cells are
 compared on the text blocks both of them scored (with non-overlapping windows the
 last, short block may hold no whole window at long lengths), so a ratio can differ
 slightly from the ratio of the two cells' perplexities in the tables.
@@ -17,13 +24,20 @@ slightly from the ratio of the two cells' perplexities in the tables.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import torch
 
 from course_lib.experiments.lm import contrast
 
 __all__ = [
     "LABEL",
     "MARGIN",
+    "ABSOLUTE",
+    "DISTANCE_ONLY",
+    "VERDICTS",
+    "unigram_perplexity",
     "Comparison",
     "cell",
     "compare",
@@ -36,6 +50,7 @@ __all__ = [
     "comparison_table",
     "load_dynamic",
     "dynamic_comparisons",
+    "all_means",
 ]
 
 LABEL: dict[str, str] = {
@@ -48,11 +63,36 @@ LABEL: dict[str, str] = {
     "plain": "plain RoPE (control)",
 }
 
+"""Display names of the methods and extension methods."""
+
 MARGIN = 1.02
 """Equivalence margin of chapter 12: two perplexities within 2 % of each other (a
-ratio whose whole interval lies in ``[1/1.02, 1.02]``) count as equivalent. Fixed
-before the verdicts of the re-run were computed."""
-"""Display names of the methods and extension methods."""
+ratio whose whole interval lies in ``[1/1.02, 1.02]``) count as equivalent, and a
+ratio counts as lower or higher only when its whole interval lies beyond the margin.
+The margin was fixed before the verdicts of the re-run were computed."""
+
+VERDICTS = ("lower", "higher", "equivalent", "undecided", "collapsed")
+"""Every verdict :func:`verdict` and :func:`comparisons` can give."""
+
+ABSOLUTE = ("sinusoidal", "learned")
+"""Methods whose encoding depends on the absolute position (added to the token
+embeddings). Every window of the sliding window restarts at position 0, so a token
+scored in a window of ``T`` tokens with stride ``S`` sits at position ``T - S ..
+T - 1``: past ``L`` every scored token, and the nearest tokens of its context, are at
+positions never trained, and prepending context re-encodes the near context too. The
+sliding window then measures positions beyond ``L`` as much as context beyond ``L``
+(Press et al. 2022, appendix B.2, report the sinusoidal model's sliding-window
+perplexity "explodes" past ``L``, Figure 11 and Table 13, and draw their conclusion
+about context for ALiBi and the T5 bias only)."""
+
+DISTANCE_ONLY = ("none", "rope", "rope+yarn", "t5", "alibi")
+"""Methods whose attention depends on the tokens and their distances only (NoPE: on
+the tokens; RoPE, also rescaled with one factor per window: the score of query ``m``
+and key ``n`` depends on ``m - n``; T5 and ALiBi: a bias of ``i - j``). Prepending
+context to a window leaves the encoding of the near context unchanged, so a
+sliding-window score at ``2L`` against ``L`` (both scoring tokens with at least ``L``
+tokens of context, the one at ``L`` with a short stride) isolates what the extra,
+distant context does (Press et al. 2022, appendix B.1 and B.2)."""
 
 
 def cell(record: dict, section: str, kind: str, method: str, length: int,
@@ -68,13 +108,15 @@ def cell(record: dict, section: str, kind: str, method: str, length: int,
 def verdict(c: dict, margin: float = MARGIN) -> str:
     """The verdict of a ratio ``c`` (``{"low", "high"}``) with the margin.
 
-    ``"equivalent"`` if the interval lies within ``[1/margin, margin]``; otherwise
-    ``"lower"`` if it lies below 1, ``"higher"`` if above 1, else ``"undecided"``.
+    ``"equivalent"`` if the interval lies within ``[1/margin, margin]``;
+    ``"lower"`` if it lies wholly below ``1/margin``, ``"higher"`` if wholly above
+    ``margin`` (a difference larger than the margin); else ``"undecided"``, which
+    includes an interval that excludes 1 but reaches inside the margin.
 
     >>> verdict({"low": 0.99, "high": 1.01}), verdict({"low": 0.9, "high": 0.97})
     ('equivalent', 'lower')
-    >>> verdict({"low": 0.97, "high": 1.05})
-    'undecided'
+    >>> verdict({"low": 0.97, "high": 1.05}), verdict({"low": 1.007, "high": 1.025})
+    ('undecided', 'undecided')
     """
     if not margin > 1:
         raise ValueError(f"verdict: margin must be above 1, got {margin!r}")
@@ -82,11 +124,24 @@ def verdict(c: dict, margin: float = MARGIN) -> str:
         raise ValueError(f"verdict: low must not exceed high, got {c}")
     if 1 / margin < c["low"] and c["high"] < margin:
         return "equivalent"
-    if c["high"] < 1:
+    if c["high"] < 1 / margin:
         return "lower"
-    if c["low"] > 1:
+    if c["low"] > margin:
         return "higher"
     return "undecided"
+
+
+def unigram_perplexity() -> float:
+    """Per-byte perplexity, on the validation split, of the byte frequencies of the
+    training split (add-one smoothing over the 128 ASCII bytes): the score of a model
+    that ignores its context. A cell at or above it has collapsed."""
+    from course_lib.experiments.lm import encode, load_corpus
+
+    _, _, (train_text, val_text) = load_corpus()
+    train, val = encode(train_text), encode(val_text)
+    freq = torch.bincount(train, minlength=128).double() + 1.0
+    logp = (freq / freq.sum()).log()
+    return math.exp(-float(logp[val[1:]].mean()))
 
 
 @dataclass(frozen=True)
@@ -104,17 +159,23 @@ class Comparison:
 
 
 def compare(record: dict, key: str, text: str, a: dict, b: dict, *,
-            paired: bool = True) -> Comparison:
+            paired: bool = True, confidence: float = 0.95,
+            floor: float | None = None) -> Comparison:
     """:func:`~course_lib.experiments.lm.contrast` of two cells, as a Comparison.
 
     ``paired=True`` (the chapter's choice for every comparison): seed ``k`` of ``a``
     against seed ``k`` of ``b``, which share the seed (initial weights where the
-    architectures match, and the order of the training batches).
+    architectures match, and the order of the training batches). ``floor``: the
+    unigram perplexity; two cells whose geometric means both reach it are
+    ``"collapsed"``, never equivalent.
     """
     boot = record["settings"]
     c = contrast(a, b, paired=paired, replicates=boot["bootstrap"],
-                 seed=boot["bootstrap_seed"])
-    return Comparison(key, text, c["ratio"], c["low"], c["high"], verdict(c), paired,
+                 seed=boot["bootstrap_seed"], confidence=confidence)
+    word = verdict(c)
+    if floor is not None and a["mean"] >= floor and b["mean"] >= floor:
+        word = "collapsed"
+    return Comparison(key, text, c["ratio"], c["low"], c["high"], word, paired,
                       c["se_text"])
 
 
@@ -166,7 +227,8 @@ def reference_table(record: dict, kind: str) -> str:
     return _table(["model"] + [f"T = {T}" for T in lengths], rows)
 
 
-def comparisons(record: dict) -> dict[str, Comparison]:
+def comparisons(record: dict, *, confidence: float = 0.95,
+                floor: float | None = None) -> dict[str, Comparison]:
     """Every comparison chapter 12 states, by key.
 
     Keys: ``rise/<kind>/<method>`` (the model at the longest length scored that
@@ -180,7 +242,12 @@ def comparisons(record: dict) -> dict[str, Comparison]:
     ``ntk/<T>`` (static NTK against NTK at ``s = T/L``),
     ``gain4/sliding/<method>`` (sliding window at ``4L`` over ``2L``, both with
     stride ``L``), ``abl/<effect>/<T>`` (the ablation of YaRN's temperature and
-    ramp at inference). Every comparison is paired over seeds.
+    ramp at inference). Every comparison is paired over seeds. ``gain2`` and
+    ``gain4`` are made for the :data:`DISTANCE_ONLY` methods only; ``rise/sliding``
+    for an :data:`ABSOLUTE` method says so in its text (after the first window, its
+    scored tokens all sit at positions from the longest length minus ``L`` on). ``confidence`` sets every interval's level (the
+    chapter also recomputes them at a family-wise level); ``floor`` as in
+    :func:`compare`.
     """
     s = record["settings"]
     L = s["train_length"]
@@ -189,15 +256,20 @@ def comparisons(record: dict) -> dict[str, Comparison]:
     out: dict[str, Comparison] = {}
 
     def add(key, text, a, b):
-        out[key] = compare(record, key, text, a, b)
+        out[key] = compare(record, key, text, a, b, confidence=confidence,
+                           floor=floor)
 
     for kind in ("nonoverlap", "sliding"):
         for m, per in main[kind].items():
             end = max(int(T) for T in per)
-            add(f"rise/{kind}/{m}", f"{LABEL[m]}: T = {end} over T = {L} ({kind})",
-                per[str(end)], per[str(L)])
+            note = (f"; scored positions {end - L}..{end - 1}, untrained"
+                    if kind == "sliding" and m in ABSOLUTE else "")
+            add(f"rise/{kind}/{m}", f"{LABEL[m]}: T = {end} over T = {L} ({kind}"
+                f"{note})", per[str(end)], per[str(L)])
     short = record.get("sliding_stride_at_L", L)
     for m, per in main["sliding"].items():
+        if m not in DISTANCE_ONLY:
+            continue
         if str(2 * L) in per:
             add(f"gain2/sliding/{m}", f"{LABEL[m]}: T = {2 * L} (stride {L}) over "
                 f"T = {L} (stride {short}), sliding", per[str(2 * L)], per[str(L)])
@@ -274,12 +346,31 @@ def comparisons(record: dict) -> dict[str, Comparison]:
     return out
 
 
-def comparison_table(comps: dict[str, Comparison], keys: list[str]) -> str:
-    """Markdown table of the comparisons ``keys``: ratio, interval, verdict."""
+def comparison_table(comps: dict[str, Comparison], keys: list[str],
+                     interval: str = "95 % interval") -> str:
+    """Markdown table of the comparisons ``keys``: ratio, interval, verdict;
+    ``interval`` heads the interval column (its level)."""
     rows = [[comps[k].text, f"{comps[k].ratio:.3f}",
              f"[{comps[k].low:.3f}, {comps[k].high:.3f}]", comps[k].verdict]
             for k in keys if k in comps]
-    return _table(["perplexity ratio", "ratio", "95 % interval", "verdict"], rows)
+    return _table(["perplexity ratio", "ratio", interval, "verdict"], rows)
+
+
+def all_means(record: dict, dynamic: dict | None = None) -> list[float]:
+    """The geometric-mean perplexity of every cell of the record (main models,
+    reference models, extensions at both stages) and of the dynamic-NTK cells."""
+    out = []
+    for kind in ("nonoverlap", "sliding"):
+        for per in (*record["perplexity"][kind].values(),
+                    *record["reference"][kind].values(),
+                    *record["extension"][kind]["no_fine_tune"].values(),
+                    *record["extension"][kind]["fine_tune"].values()):
+            out += [c["mean"] for c in per.values()]
+    boot = record["settings"]
+    for c in (dynamic or {"cells": {}})["cells"].values():
+        out.append(contrast(c, replicates=boot["bootstrap"],
+                            seed=boot["bootstrap_seed"])["ratio"])
+    return out
 
 
 def load_dynamic(path=None) -> dict | None:
@@ -294,11 +385,13 @@ def load_dynamic(path=None) -> dict | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def dynamic_comparisons(record: dict, dynamic: dict) -> dict[str, Comparison]:
+def dynamic_comparisons(record: dict, dynamic: dict, *, confidence: float = 0.95
+                        ) -> dict[str, Comparison]:
     """Dynamic NTK run token by token, against plain RoPE (``dyn/<T>``) and against
     NTK at ``s = T/L`` for the whole window (``dynT/<T>``), at each stored length;
     paired over seeds (the same re-trained models, checked by ``run_dynamic``).
-    Also ``dynppl/<T>``: the perplexity itself (a cell alone, as the tables)."""
+    Also ``dynppl/<T>``: the perplexity itself (a cell alone, as the tables), always
+    at 95 %; ``confidence`` sets the level of the two comparisons."""
     if dynamic["seeds"] != record["seeds"]:
         raise ValueError(f"dynamic_comparisons: seeds {dynamic['seeds']} differ from "
                          f"the record's {record['seeds']}")
@@ -309,10 +402,10 @@ def dynamic_comparisons(record: dict, dynamic: dict) -> dict[str, Comparison]:
     label = "dynamic NTK, token by token"
     for T, cell in dynamic["cells"].items():
         out[f"dyn/{T}"] = compare(record, f"dyn/{T}", f"{label}, over plain RoPE at "
-                                  f"T = {T}", cell, plain[T])
+                                  f"T = {T}", cell, plain[T], confidence=confidence)
         out[f"dynT/{T}"] = compare(record, f"dynT/{T}", f"{label}, over NTK at "
                                    f"s = T/L for the whole window, at T = {T}", cell,
-                                   window[T])
+                                   window[T], confidence=confidence)
         c = contrast(cell, replicates=boot["bootstrap"], seed=boot["bootstrap_seed"])
         out[f"dynppl/{T}"] = Comparison(f"dynppl/{T}", f"{label} at T = {T}",
                                         c["ratio"], c["low"], c["high"], "", False,
