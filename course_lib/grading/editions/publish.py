@@ -31,6 +31,10 @@ folder, ready to push to a public repository or a web server:
 buttons and set-up cells point there, never at the instructor's repository
 (:func:`course_lib.grading.editions.launch.class_settings`).
 
+The release notebooks must be those of this term: each one's variant (recorded by
+``course release``, :mod:`.term`) must be the one ``CourseTerm`` in
+``nbgrader_config.py`` asks of its exercise, or publishing stops before it starts.
+
 Nothing is read from ``solutions/``. The class build reuses the execution cache of the
 open build (``_build/.jupyter_cache``): chapters whose code did not change are not run
 again.
@@ -327,6 +331,7 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
     if not (root / "_config.yml").is_file():
         raise PublishError(f"{root} has no _config.yml: it is not the course folder")
     out = _check_out(out, root)
+    _check_term(root)
     book_url = _book_url(root, log)
 
     html_src = build_class_html(root, book_url=book_url, log=log)
@@ -342,6 +347,26 @@ def publish(out: Path, *, root: Path | None = None, log=print) -> PublishResult:
             for child in out.iterdir():
                 (shutil.rmtree if child.is_dir() else Path.unlink)(child)
         raise
+
+
+def _check_term(root: Path) -> None:
+    """A :class:`PublishError` unless every release notebook in ``notebooks/`` was
+    released for the variant the term (``CourseTerm``) asks of its exercise."""
+    import json
+
+    from .term import released_variant, term_at
+
+    term = term_at(root)
+    for path in sorted((root / "notebooks").glob("*/*.ipynb")):
+        assignment = path.parent.name
+        have = released_variant(json.loads(path.read_text(encoding="utf-8")))
+        want = term.variant(assignment)
+        if have != want:
+            raise PublishError(
+                f"notebooks/{assignment}/{path.name} was released for the variant "
+                f"{have!r}, but this term (CourseTerm in nbgrader_config.py) asks "
+                f"{assignment} for {want!r}: run `course release {assignment}` first"
+            )
 
 
 def _book_url(root: Path, log) -> str:

@@ -53,6 +53,8 @@ __all__ = [
     "grader_values",
     "read_term",
     "released_variant",
+    "set_variant_text",
+    "term_at",
     "term_notebook",
     "variant_section",
 ]
@@ -153,6 +155,21 @@ def read_term(course) -> Term:
     """The term of ``course`` (a :class:`~course_lib.grading.course.Course`): its
     ``CourseTerm.variants`` and ``CourseTerm.seed``, checked."""
     section = course.config.get("CourseTerm", {})
+    return Term.checked(section.get("variants"), section.get("seed"))
+
+
+def term_at(root) -> Term:
+    """The term of the course folder ``root`` (its ``nbgrader_config.py``; none: the
+    open edition's), checked, without opening a gradebook."""
+    from pathlib import Path
+
+    from traitlets.config.loader import PyFileConfigLoader
+
+    root = Path(root)
+    if not (root / "nbgrader_config.py").is_file():
+        return Term()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    section = config.get("CourseTerm", {})
     return Term.checked(section.get("variants"), section.get("seed"))
 
 
@@ -268,3 +285,27 @@ def variant_section(function: str, term: Term):
         if chosen is not None and function in chosen.sections:
             return chosen.sections[function]
     return section_of(function)
+
+
+def set_variant_text(path, cell: int | str, variant: str, text: str) -> None:
+    """Write ``text`` as ``variant``'s version of one cell of the source notebook at
+    ``path`` (its ``course_variants`` metadata), for authors: ``cell`` is the cell's
+    index or its nbgrader ``grade_id``. The file keeps its JSON layout (one-space
+    indent, as Jupyter writes it)."""
+    from pathlib import Path
+
+    path = Path(path)
+    notebook = json.loads(path.read_text())
+    cells = notebook["cells"]
+    if isinstance(cell, str):
+        found = [
+            i for i, c in enumerate(cells)
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == cell
+        ]
+        if len(found) != 1:
+            raise CourseError(f"{path}: no single cell with grade_id {cell!r}")
+        cell = found[0]
+    if variant == DEFAULT:
+        raise CourseError("the default text is the cell's own source: edit that")
+    cells[cell].setdefault("metadata", {}).setdefault(VARIANT_KEY, {})[variant] = text
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
