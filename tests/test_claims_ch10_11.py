@@ -3,8 +3,8 @@ RoPE) that the review of issue 18 (item 5) added or corrected, checked against t
 library, the stored lab results, Hugging Face's code, or the chapter's own text.
 
 Sources the chapters were checked against (not computable, listed for the record):
-YaRN arXiv v2 (sections 3.1-3.4, appendices A.1, A.2), Chen et al. 2023 (abstract,
-section 3.1), Llama 3 (section 3.4.2), Meta's ``apply_scaling``, LongRoPE (sections
+YaRN arXiv v2 (sections 3.1-3.4, 4.1, appendices A.1, A.2), Chen et al. 2023
+(abstract, sections 2, 3, 3.1), Llama 3 (section 3.4.2), Meta's ``apply_scaling``, LongRoPE (sections
 3.1-3.3), microsoft/LongRoPE ``rope/longrope.py``, Press et al. 2022 (section 2.2,
 appendix B.2), Kazemnejad et al. 2023 (sections 4, 5.1, 5.2), Liu et al. 2023
 (abstract).
@@ -410,3 +410,131 @@ def test_chapter_10_renders_its_computed_text_as_myst():
     front = re.match(r"\A---\n(.*?)\n---\n", CH10.read_text(), flags=re.S)[1]
     assert "mystnb:\n  render_markdown_format: myst" in front
     assert "display(Markdown(" in CH10.read_text()
+
+
+# ------------------------------------------------ chapter 10: verdicts (expert read)
+
+
+def _fake(rights_by_method: dict[str, list[list[int]]], chance: float) -> dict:
+    """A results dict with one task and one length (16), every sequence scoring 1."""
+    n = len(next(iter(rights_by_method.values()))[0])
+    runs = [{"task": "copy", "method": m, "seed": i, "right": {"16": r},
+             "accuracy": {"16": sum(r) / n}}
+            for m, rs in rights_by_method.items() for i, r in enumerate(rs)]
+    return {"runs": runs,
+            "meta": {"test_sets": {"copy": {"16": {"scored": [1] * n,
+                                                   "chance": chance}}}}}
+
+
+def test_lab_verdict_calls_two_collapsed_models_both_at_chance():
+    """Two models that answer at the chance level (1000 sequences, half right) are
+    'equivalent' by compare_paired's rule but 'both at chance' by lab_verdict: each
+    cell's bootstrap half-width is about 1.96 sqrt(0.25 / 1000) = 0.031 < 0.05."""
+    from course_lib.experiments import EQUIVALENCE_MARGIN, cell_at_chance, lab_verdict
+
+    half = [1, 0] * 500
+    res = _fake({"a": [half] * 3, "b": [half] * 3}, chance=0.5)
+    assert 1.96 * math.sqrt(0.25 / 1000) < EQUIVALENCE_MARGIN
+    assert compare_paired(res, "copy", "a", "b", 16)["verdict"] == "equivalent"
+    assert cell_at_chance(res, "copy", "a", 16)
+    v = lab_verdict(res, "copy", "a", "b", 16)
+    assert v["verdict"] == "both at chance" and v["rule_verdict"] == "equivalent"
+    # the same answers against a chance level of 0.4: not at chance, so equivalent
+    res = _fake({"a": [half] * 3, "b": [half] * 3}, chance=0.4)
+    assert lab_verdict(res, "copy", "a", "b", 16)["verdict"] == "equivalent"
+
+
+def test_lab_verdict_needs_the_estimate_past_the_margin_to_order():
+    """200 sequences; b misses 8 that a gets right, with every seed: the per-seed
+    differences are all 8/200 = 0.04 (seed half-width 0), the bootstrap's about
+    1.96 sqrt(0.04 * 0.96 / 200) = 0.027, so the interval is about [0.013, 0.067]:
+    above 0 (compare_paired: 'higher') but with its estimate inside the margin
+    0.05, which lab_verdict calls 'undecided'. With 16 misses (0.08) it is 'higher'."""
+    from course_lib.experiments import lab_verdict
+
+    a = [1] * 200
+    for misses, want in ((8, "undecided"), (16, "higher")):
+        b = [0] * misses + [1] * (200 - misses)
+        res = _fake({"a": [a] * 3, "b": [b] * 3}, chance=0.1)
+        rule = compare_paired(res, "copy", "a", "b", 16)
+        v = lab_verdict(res, "copy", "a", "b", 16)
+        assert v["diff"] == pytest.approx(misses / 200, abs=1e-12)
+        assert rule["seed_half"] == 0.0 and rule["low"] > 0
+        assert rule["verdict"] == "higher" and v["verdict"] == want
+        p = misses / 200
+        assert rule["test_half"] == pytest.approx(1.96 * math.sqrt(p * (1 - p) / 200),
+                                                  rel=0.15)  # 2000 resamples
+        mirrored = lab_verdict(res, "copy", "b", "a", 16)["verdict"]
+        assert mirrored == {"undecided": "undecided", "higher": "lower"}[want]
+
+
+def _by_hand(stored, task, a, b, length):
+    """Mean and seed half-width of the per-seed differences a - b, from the counts."""
+    from course_lib.experiments import variant_runs
+    from course_lib.experiments.train import t_quantile
+
+    scored = sum(stored["meta"]["test_sets"][task][str(length)]["scored"])
+    acc = {v: [sum(r["right"][str(length)]) / scored
+               for r in variant_runs(stored, task, v)] for v in (a, b)}
+    d = [x - y for x, y in zip(acc[a], acc[b], strict=True)]
+    seed = t_quantile(0.975, len(d) - 1) * math.sqrt(
+        sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1)) / math.sqrt(len(d))
+    return sum(d) / len(d), seed
+
+
+@pytest.mark.parametrize("a, b, want", [
+    ("base 10", "base 10000", "lower"),  # fewer unseen angles, lower recall
+    ("base 10000 + pi", "base 10000", "lower"),  # every angle in range, lower
+    ("base 10 + ramp", "base 10", "higher"),  # the expert's +0.458 [+0.421, +0.495]
+    ("base 10000 + ramp", "base 10000", "undecided"),  # weak support at base 10000
+    ("base 10000 + ramp", "base 10000 + pi", "higher"),
+    ("base 10000 + pi+t", "base 10000 + pi", "equivalent"),  # the temperature
+])
+def test_chapter_10_unseen_angle_tests_on_recall(stored, a, b, want):
+    """The paired differences behind chapter 10's 'what the stored data say about
+    unseen angles' (recall, 8L), the mean and seed half-width recomputed from the
+    per-sequence counts; the verdict from the interval by the rule with the margin
+    (estimate past it to order; both cells at chance never happens on recall)."""
+    from course_lib.experiments import EQUIVALENCE_MARGIN as m
+    from course_lib.experiments import lab_verdict
+
+    cfg = LabConfig.from_dict(stored["meta"]["settings"])
+    n = cfg.lengths[-1]
+    v = lab_verdict(stored, "recall", a, b, n)
+    diff, seed = _by_hand(stored, "recall", a, b, n)
+    assert v["diff"] == pytest.approx(diff, abs=1e-12)
+    assert v["seed_half"] == pytest.approx(seed, abs=1e-12)
+    lo, hi = v["low"], v["high"]
+    rule = ("equivalent" if -m < lo and hi < m else
+            "higher" if lo > 0 and diff >= m else
+            "lower" if hi < 0 and diff <= -m else "undecided")
+    assert v["verdict"] == rule == want
+    text = _flat(_prose(CH10))
+    assert "What the stored data say about unseen angles" in text
+
+
+def test_chapter_10_says_applied_without_fine_tuning_and_whose_temperature():
+    """The expert read: PI and YaRN were applied at inference only, while Chen et al.
+    (abstract: 'within 1000 steps'; sections 2-3) and Peng et al. (section 4.1: 400
+    steps at s = 16) fine-tune; YaRN's temperature is LLaMA's fit (section 3.4)."""
+    text = _flat(_prose(CH10))
+    for phrase in ("**Applied without fine-tuning.**", '"within 1000 steps"',
+                   "section 4.1: 400 steps for Llama 2 at $s = 16$",
+                   "{ref}`ch-lm-extrapolation`", "LLaMA 7B to 65B (section 3.4",
+                   "**YaRN's temperature is LLaMA's.**"):
+        assert phrase in text, phrase
+    assert "slow pairs turn through angles" not in text
+    source = CH10.read_text()
+    assert "applied without fine-tuning" in source.split("## Compared with published")[0]
+
+
+def test_chapter_10_class_edition_hides_ex11_rules():
+    """Exercise 11 grades yarn_correction_range (which whole pair indices) and
+    yarn_attention_factor (which factor on the tables): chapter 10 states both only
+    in the open edition."""
+    text = CH10.read_text()
+    outside = re.sub(r"::::\{only\} not class_edition\n.*?\n::::\n", "", text,
+                     flags=re.S)
+    assert r"\lfloor i(\beta)\rfloor" in text and r"0.1\ln s + 1" in text
+    for rule in (r"\lfloor", r"\lceil", r"0.1\ln s", "0.1 ln s", "square"):
+        assert rule not in outside, rule

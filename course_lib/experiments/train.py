@@ -58,6 +58,7 @@ __all__ = [
     "TemperedRotary",
     "canary",
     "canary_matches",
+    "cell_at_chance",
     "chance_level",
     "code_version",
     "evaluate",
@@ -68,6 +69,7 @@ __all__ = [
     "extension_rotary",
     "format_table",
     "lab_interval",
+    "lab_verdict",
     "load_results",
     "main",
     "extrapolation_category",
@@ -877,6 +879,52 @@ def compare_paired(results: dict[str, Any], task: str, a: str, b: str,
             "lengths": (length, lb)}
 
 
+def cell_at_chance(results: dict[str, Any], task: str, variant: str, length: int,
+                   *, margin: float = EQUIVALENCE_MARGIN) -> bool:
+    """Whether a cell is shown to sit at chance: its :func:`lab_interval` (seeds and
+    test sequences) lies wholly inside ``chance +- margin``, the test set's chance
+    level (best constant answer) with chapter 10's equivalence margin.
+
+    A model at chance has collapsed: two such models are not "equivalent" in any
+    sense that says something about their position methods (:func:`lab_verdict`).
+    """
+    if not margin > 0:
+        fail("cell_at_chance", f"margin must be positive, got {margin!r}")
+    runs = variant_runs(results, task, variant)
+    info = results["meta"]["test_sets"][task][str(length)]
+    cell = lab_interval([r["right"][str(length)] for r in runs], info["scored"])
+    return (info["chance"] - margin < cell["low"]
+            and cell["high"] < info["chance"] + margin)
+
+
+def lab_verdict(results: dict[str, Any], task: str, a: str, b: str, length: int,
+                length_b: int | None = None, *,
+                margin: float = EQUIVALENCE_MARGIN) -> dict[str, Any]:
+    """Chapter 10's verdict on ``a`` at ``length`` minus ``b`` at ``length_b``:
+    :func:`compare_paired` with two refinements.
+
+    * ``"both at chance"`` when both cells are at chance (:func:`cell_at_chance`):
+      two collapsed models are not called equivalent, nor ordered;
+    * ``"higher"`` / ``"lower"`` only when the interval lies beyond 0 *and* the
+      estimate lies beyond the margin; an interval beyond 0 whose estimate is inside
+      the margin (and whose interval reaches past it) is ``"undecided"``: a
+      difference is shown, but neither that it matters nor that it is negligible.
+
+    Returns:
+        :func:`compare_paired`'s dict with ``"verdict"`` replaced and the rule's own
+        verdict kept as ``"rule_verdict"``.
+    """
+    c = compare_paired(results, task, a, b, length, length_b, margin=margin)
+    verdict = c["verdict"]
+    if verdict in ("higher", "lower") and abs(c["diff"]) < margin:
+        verdict = "undecided"
+    lb = length if length_b is None else length_b
+    if (cell_at_chance(results, task, a, length, margin=margin)
+            and cell_at_chance(results, task, b, lb, margin=margin)):
+        verdict = "both at chance"
+    return {**c, "verdict": verdict, "rule_verdict": c["verdict"]}
+
+
 def _rows(groups: dict[tuple[str, str, int], list[dict[str, Any]]],
           test_sets: dict[str, Any] | None, order: Callable[[tuple], Any]
           ) -> list[dict[str, Any]]:
@@ -955,8 +1003,11 @@ def summarize_rope(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def separated(a: dict[str, Any], b: dict[str, Any]) -> int:
-    """The overlap rule of chapter 10: ``1`` if row ``a``'s interval lies wholly above
-    row ``b``'s, ``-1`` if wholly below, ``0`` if they overlap (not shown to differ).
+    """The overlap rule: ``1`` if row ``a``'s interval lies wholly above row ``b``'s,
+    ``-1`` if wholly below, ``0`` if they overlap (not shown to differ).
+
+    Chapter 10 no longer draws verdicts from it (two overlapping intervals show
+    neither a difference nor an equality); its verdicts are :func:`lab_verdict`'s.
 
     >>> separated({"low": 0.8, "high": 0.9}, {"low": 0.5, "high": 0.79})
     1
@@ -978,7 +1029,8 @@ def row_index(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str, int],
 
 def extrapolation_category(row: dict[str, Any], at_l: dict[str, Any],
                            chance: float) -> str:
-    """Where a method stands at a longer length, by the overlap rule of chapter 10.
+    """Where a method stands at a longer length, by the overlap rule (:func:`separated`;
+    chapter 10 uses :func:`lab_verdict` instead).
 
     ``"undecided"``: the interval reaches down to the chance level *and* overlaps the
     interval at the training length (it cannot tell the two apart); ``"chance"``: it
