@@ -420,3 +420,63 @@ def test_ex05_released_and_autograded_with_the_causal_variant(tmp_path) -> None:
     assert (score, total) == (3.0, 6.0)
     assert set(failures) == {"alibi_bias__public", "alibi_bias__hidden"}
     assert all("open edition" in text for text in failures.values())
+
+
+_IN_STUDENT_EDITION = """
+import contextlib, io, json, sys
+from pathlib import Path
+import course_lib
+assert course_lib.__file__.startswith(sys.argv[2]), course_lib.__file__
+from course_lib.checks import _stored
+from course_lib.checks._errors import CheckFailed
+import importlib
+root, cases = Path(sys.argv[1]), json.loads(sys.argv[3])
+out = []
+for assignment, variant, function in cases:
+    check = getattr(importlib.import_module("course_lib.checks." + assignment),
+                    "check_" + function)
+    own = _stored._solution_namespace(root, assignment, variant)[function]
+    default = _stored._solution_namespace(root, assignment)[function]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        check(own, variant)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            check(default, variant)
+        told = "accepted"
+    except CheckFailed as exc:
+        told = getattr(exc, "mistake", None) or str(exc)
+    out.append([assignment, variant, function, printed.getvalue(), told])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_student_edition_s_public_checks_follow_the_variant(tmp_path) -> None:
+    """The public checks a student's wheel runs (stored expected values, no
+    reference) check each variant: its solution passes, the open edition's is named."""
+    import os
+
+    from course_lib.grading.editions.library import write_student_edition
+
+    tree = write_student_edition(tmp_path / "edition")
+    cases = [
+        (a, v, f)
+        for a, v in CASES
+        for f in DECLARED[a][v].references
+        if "variant" in inspect.signature(
+            getattr(_module(a), f"check_{f}", lambda: None)).parameters
+    ]
+    assert cases
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(tree.parent)
+    run = subprocess.run(
+        [sys.executable, "-c", _IN_STUDENT_EDITION, str(ROOT), str(tree),
+         json.dumps(cases)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    for assignment, variant, function, printed, told in json.loads(
+        run.stdout.strip().splitlines()[-1]
+    ):
+        assert "all public checks passed" in printed, (assignment, variant, printed)
+        assert told == "default-variant", (assignment, variant, function, told)
