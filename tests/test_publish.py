@@ -336,6 +336,72 @@ def test_class_links_move_to_the_student_repository() -> None:
     )
 
 
+def test_a_hub_class_tree_opens_no_pulled_exercise(tmp_path: Path) -> None:
+    """One copy of each exercise (issue 32 item 4), in the notebooks ``course
+    publish`` writes for a hub class (its own steps, without the book's build):
+    no link of a published notebook opens a pulled exercise copy on the hub; every
+    hub link to an exercise opens the fetched copy ~/A/N.ipynb of an exercise the
+    tree holds; each exercise notebook starts with the note saying so, each chapter
+    notebook's exercise pointer is followed by one."""
+    from importlib import metadata
+
+    from course_lib.grading.editions.publish import (
+        _copy_notebooks,
+        _write_launch_files,
+        class_chapter_notebooks,
+    )
+
+    course, out = tmp_path / "course", tmp_path / "out"
+    skip = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "_build")
+    for name in ("book", "notebooks", "binder"):
+        shutil.copytree(ROOT / name, course / name, ignore=skip)
+    shutil.copy2(ROOT / "_toc.yml", course / "_toc.yml")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config["launch_buttons"].update(
+        student_repository=STUDENT_URL, student_branch="main", jupyterhub_url=HUB_URL
+    )
+    (course / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    out.mkdir()
+    _copy_notebooks(course, out / "notebooks", STUDENT_PAGES)
+    wheel = out / "dist" / (
+        f"course_lib-{metadata.version('course_lib')}-py3-none-any.whl"
+    )
+    texts = class_chapter_notebooks(course)
+    _write_launch_files(out, course, wheel, texts, log=lambda *_: None)
+
+    exercises = sorted((out / "notebooks").glob("*/*.ipynb"))
+    assert len(exercises) >= 11
+    held = {p.relative_to(out).as_posix() for p in exercises}
+    hub_links: dict[str, list[str]] = {}
+    for path in [*exercises, *sorted((out / "book" / "notebooks").glob("*.ipynb"))]:
+        text = path.read_text(encoding="utf-8")
+        for link in re.findall(r"https://hub\.example\.edu[^)\s\"]*", text):
+            parts = urlsplit(link)  # nbgitpuller's git-pull would fail here too
+            fetched = FETCHED.fullmatch(parts.path)
+            assert fetched, f"{path.name}: {link} opens no fetched copy"
+            source = f"notebooks/{fetched['assignment']}/{fetched['name']}"
+            assert source in held, f"{path.name}: {link} names no exercise of the tree"
+            hub_links.setdefault(path.relative_to(out).as_posix(), []).append(source)
+    for path in exercises:  # the first cell: this copy is not submitted
+        rel = path.relative_to(out).as_posix()
+        first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
+        assert first["metadata"]["tags"] == ["course-hub-note"], rel
+        assert "not the one you submit" in "".join(first["source"])
+        assert hub_links[rel] == [rel], rel  # its own fetched copy, once
+    pointed = {  # the exercises the chapter notebooks point to, on GitHub
+        m for text in texts.values()
+        for m in re.findall(r"/blob/[^/]+/(notebooks/[^/]+/[^/)\s]+\.ipynb)", text)
+    }  # fmt: skip
+    assert len(pointed) >= 11
+    from_chapters = {
+        source
+        for rel, sources in hub_links.items()
+        if rel.startswith("book/")
+        for source in sources
+    }
+    assert from_chapters == pointed
+
+
 # --- slow: the real tree --------------------------------------------------------------
 
 
@@ -561,14 +627,21 @@ def test_open_edition_keeps_collapsed_solutions(built_book: Path, chapter: str) 
 # --- every link a student is given leads into the published tree ---------------------
 
 LAUNCH_HOSTS = {"mybinder.org", "colab.research.google.com", "hub.example.edu"}
+# the hub's address of a fetched exercise, ~/<assignment>/<name> (nbgrader's fetch
+# puts the release of notebooks/<assignment>/ there)
+FETCHED = re.compile(
+    r"/hub/user-redirect/lab/tree/(?P<assignment>[^/]+)/(?P<name>[^/]+\.ipynb)"
+)
 
 
 def _repository_path(url: str) -> str:
     """The student repository's file that a launch link opens, read from the link
     as each service defines it (Binder: ``/v2/gh/ORG/REPO/BRANCH?urlpath=lab/tree/
     PATH``; Colab: ``/github/ORG/REPO/blob/BRANCH/PATH``; nbgitpuller:
-    ``git-pull?repo=URL&branch=B&urlpath=lab/tree/REPO/PATH``). Fails on a link
-    that opens another repository or branch."""
+    ``git-pull?repo=URL&branch=B&urlpath=lab/tree/REPO/PATH``; an exercise on the
+    hub: ``user-redirect/lab/tree/A/N.ipynb``, the copy nbgrader fetches, whose
+    source is the tree's ``notebooks/A/N.ipynb``). Fails on a link that opens
+    another repository or branch, or a pulled copy of an exercise on the hub."""
     parts = urlsplit(url)
     query = parse_qs(parts.query)
     if parts.netloc == "mybinder.org":
@@ -581,11 +654,17 @@ def _repository_path(url: str) -> str:
         assert parts.path.startswith(prefix), url
         return unquote(parts.path.removeprefix(prefix))
     assert parts.netloc == "hub.example.edu", url
+    fetched = FETCHED.fullmatch(parts.path)
+    if fetched:  # the copy the Assignments tab fetches: the release of notebooks/
+        return f"notebooks/{unquote(fetched['assignment'])}/{unquote(fetched['name'])}"
     assert parts.path == "/hub/user-redirect/git-pull", url
     assert query["repo"] == [STUDENT_URL] and query["branch"] == ["main"], url
     (urlpath,) = query["urlpath"]
     assert urlpath.startswith(f"lab/tree/{STUDENT_REPO}/"), url
-    return unquote(urlpath.removeprefix(f"lab/tree/{STUDENT_REPO}/"))
+    path = unquote(urlpath.removeprefix(f"lab/tree/{STUDENT_REPO}/"))
+    # one copy of each exercise: the hub never opens a pulled exercise notebook
+    assert not path.startswith("notebooks/"), f"opens a pulled exercise copy: {url}"
+    return path
 
 
 def _book_target(url: str, published: Path) -> tuple[Path, str]:
@@ -623,6 +702,7 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
         "github": 0,
         "wheel": 0,
         "notebook": 0,
+        "fetched": 0,
     }
     # the feedback's links, as course feedback writes them for this class
     for function in SECTIONS:
@@ -655,6 +735,7 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
             if parts.netloc in LAUNCH_HOSTS:
                 assert (published / _repository_path(link)).is_file(), link
                 followed["launch"] += 1
+                followed["fetched"] += bool(FETCHED.fullmatch(parts.path))
             elif parts.scheme == "" and parts.netloc == "" and parts.path:
                 target = (page.parent / unquote(parts.path)).resolve()
                 assert target.is_relative_to(docs.resolve()), (page, link)
@@ -684,6 +765,9 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
                 if link.startswith(STUDENT_PAGES):
                     _assert_page(*_book_target(link, published), link)
                     followed["notebook"] += 1
+                elif urlsplit(link).netloc in LAUNCH_HOSTS:  # the hub notes
+                    assert (published / _repository_path(link)).is_file(), link
+                    followed["fetched"] += 1
                 elif not re.match(r"[a-z]+:|#", link):
                     target = nb_path.parent / unquote(link.split("#")[0])
                     assert target.resolve().is_file(), (nb_path.name, link)
@@ -693,7 +777,9 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     for nb_path in sorted(published.rglob("*.ipynb")):
         if "docs" in nb_path.relative_to(published).parts:
             continue  # the downloads of the chapter notebooks: same cells
-        setup = "".join(json.loads(nb_path.read_text())["cells"][0]["source"])
+        cells = json.loads(nb_path.read_text())["cells"]
+        (setup,) = ["".join(c["source"]) for c in cells
+                    if "course-setup" in c["metadata"].get("tags", [])]  # fmt: skip
         (package,) = re.findall(r'COURSE_PACKAGE = "course_lib @ ([^"]+)"', setup)
         assert package.startswith(raw), (nb_path, package)
         assert (published / package.removeprefix(raw)).is_file(), package
@@ -704,6 +790,12 @@ def test_every_student_link_resolves(published: Path, class_course: Path) -> Non
     assert followed["relative"] > 100 and followed["wheel"] > 20
     assert followed["github"] >= 10  # the chapters' "read it on GitHub" links
     assert followed["notebook"] >= 11  # every exercise's chapter link at least
+    # the hub notes: each exercise notebook's first cell, each chapter notebook's
+    # and each chapter page's exercise pointer (11 exercises, 3 places)
+    assert followed["fetched"] >= 3 * 11
+    for nb_path in sorted((published / "notebooks").glob("*/*.ipynb")):
+        first = json.loads(nb_path.read_text())["cells"][0]
+        assert first["metadata"]["tags"] == ["course-hub-note"], nb_path
 
 
 # --- the open edition's Pages workflow --------------------------------------------
