@@ -480,3 +480,21 @@ def test_the_student_edition_s_public_checks_follow_the_variant(tmp_path) -> Non
     ):
         assert "all public checks passed" in printed, (assignment, variant, printed)
         assert told == "default-variant", (assignment, variant, function, told)
+
+
+def test_a_variant_s_own_section_is_where_its_hints_point(monkeypatch) -> None:
+    from course_lib.checks._core import Variant, variant_named, with_hint
+    from course_lib.checks.sections import SECTIONS, Section
+
+    monkeypatch.delenv(_core.HINTS_VARIABLE, raising=False)
+    cache = Section("book/05-alibi", "alibi-kv-cache",
+                    "Key/value caches: queries are the last positions")
+    variants = {"cached": Variant("queries last", {"alibi_bias": "_r"},
+                                  sections={"alibi_bias": cache})}
+    variant_named(variants, "cached", "ex05_alibi")
+    told = with_hint("wrong.", "mask it", "alibi_bias(4, 5)")
+    assert f'"{cache.title}" of chapter 5' in told
+    variant_named(variants, None, "ex05_alibi")  # the next grader: the default
+    told = with_hint("wrong.", "mask it", "alibi_bias(4, 5)")
+    assert f'"{SECTIONS["alibi_bias"].title}" of chapter 5' in told
+    assert cache.title not in told

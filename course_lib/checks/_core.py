@@ -160,18 +160,28 @@ class Variant:
             raise ValueError("a variant changes the answer of at least one function")
 
 
+# the Section of each graded function whose variant teaches it elsewhere, for the
+# grader running now (set by variant_named)
+_variant_sections: dict[str, Any] = {}
+
+
 def variant_named(variants: dict[str, Variant], variant: str | None,
                   exercise: str) -> str:
     """The variant a grader was asked for: ``DEFAULT_VARIANT`` for ``None``, else
     ``variant`` when ``variants`` (the checks module's ``VARIANTS``) declares it; any
     other name is a ``ValueError`` that lists the known ones."""
+    global _variant_sections
     if variant is None or variant == DEFAULT_VARIANT:
+        _variant_sections = {}
         return DEFAULT_VARIANT
     if variant not in variants:
         known = ", ".join([DEFAULT_VARIANT, *sorted(variants)])
         raise ValueError(
             f"{exercise} has no variant {variant!r}; its variants: {known}"
         )
+    # the sections a hint points to follow the variant (every grader of an
+    # exercise with variants starts here, so this is never another grader's)
+    _variant_sections = dict(variants[variant].sections)
     return variant
 
 
@@ -210,17 +220,19 @@ def hints_wanted() -> bool:
 
 def _section_pointer(what: str) -> str:
     """"Reread ..." for the graded function that ``what`` names (its call), from
-    :data:`course_lib.checks.sections.SECTIONS`; empty when none is named."""
+    :data:`course_lib.checks.sections.SECTIONS` (or the running variant's own
+    section, :class:`Variant`); empty when none is named."""
     from .sections import SECTIONS
 
+    table = {**SECTIONS, **_variant_sections}
     found = [
         (what.find(f"{name}("), name)
-        for name in SECTIONS
+        for name in table
         if re.search(rf"(?<![A-Za-z0-9_]){name}\(", what)
     ]
     if not found:
         return ""
-    section = SECTIONS[min(found)[1]]
+    section = table[min(found)[1]]
     chapter = section.page.removeprefix("book/")
     number = chapter.split("-", 1)[0].lstrip("0")
     return (
