@@ -209,7 +209,9 @@ def _add_release(sub, quiet_opts, course_opts) -> None:
         help="generate student notebooks (nbgrader generate_assignment)",
         description="Run nbgrader generate_assignment (forced) for one assignment or "
         "all: solutions/<id>/ -> notebooks/<id>/, and record the assignment in the "
-        "gradebook (created if missing).",
+        "gradebook (created if missing). The term in nbgrader_config.py "
+        "(c.CourseTerm.variants, c.CourseTerm.seed) picks each exercise's variant "
+        "and draws the hidden cases; an unknown exercise or variant is refused.",
     )
     p.add_argument(
         "assignment",
@@ -558,8 +560,11 @@ def _cmd_release(args) -> int:
         print(f"released {len(results)} assignment(s)")
         return 0
     for r in results:
+        term = "" if r.variant == "default" else f", variant {r.variant!r}"
+        term += "" if r.seed is None else f", hidden cases of seed {r.seed}"
         print(
-            f"released {r.assignment} ({r.points:g} points): {', '.join(r.notebooks)}"
+            f"released {r.assignment} ({r.points:g} points{term}): "
+            f"{', '.join(r.notebooks)}"
         )
     return 0
 

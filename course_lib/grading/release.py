@@ -35,11 +35,15 @@ __all__ = ["ReleaseResult", "release"]
 
 @dataclass
 class ReleaseResult:
-    """One assignment released: where the student notebooks went, its points."""
+    """One assignment released: where the student notebooks went, its points, and
+    the term it was released for (its variant; the seed of its hidden cases, or
+    ``None`` for the fixed ones)."""
 
     assignment: str
     notebooks: list[str]
     points: float
+    variant: str = "default"
+    seed: int | None = None
 
 
 def release(course: Course, which: str = "all") -> list[ReleaseResult]:
@@ -61,7 +65,9 @@ def release(course: Course, which: str = "all") -> list[ReleaseResult]:
                 sources = sorted((course.source_dir / assignment).glob("*.ipynb"))
                 refresh_setup_cells(sources, settings)
             _stage(course, assignment, term, Path(staging))
-            results.append(_generate(course, assignment, Path(staging)))
+            result = _generate(course, assignment, Path(staging))
+            result.variant, result.seed = term.variant(assignment), term.seed
+            results.append(result)
     return results
 
 
