@@ -9,6 +9,7 @@ page, opened in Chromium, runs none of it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -126,6 +127,68 @@ def test_outputs_are_reduced_to_inert_types() -> None:
     assert "script" not in text and "javascript" not in text and "Answer" in text
     assert nb.cells[2].source == "<b onclick='x()'>released</b>"  # nbgrader restores it
     assert safe_outputs(nb) == 0  # a second pass changes nothing
+
+
+def _visible_text(html: str) -> str:
+    """The text a browser shows for ``html`` (tags dropped, entities read,
+    whitespace collapsed), from the standard library's parser."""
+    from html.parser import HTMLParser
+
+    parts: list[str] = []
+    parser = HTMLParser(convert_charrefs=True)
+    parser.handle_data = parts.append
+    parser.feed(html)
+    return " ".join(" ".join(parts).split())
+
+
+def _formgrader_page(nb) -> str:
+    """``nb`` as nbgrader's formgrader shows a submission: its HTMLExporter with the
+    ``formgrade`` template (nbgrader's ``FormgradeExtension.build_extra_config``)
+    and the course's ``nbgrader_config.py`` (``sanitize_html``)."""
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config, PyFileConfigLoader
+
+    config = Config(PyFileConfigLoader("nbgrader_config.py", str(ROOT)).load_config())
+    config.HTMLExporter.template_name = "formgrade"
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    resources = {  # what formgrader's SubmissionHandler passes
+        "assignment_id": "a", "notebook_id": "a", "submission_id": "s", "index": 0,
+        "total": 1, "base_url": "", "student": "s", "last_name": "", "first_name": "",
+        "notebook_path": "/a.ipynb",
+    }  # fmt: skip
+    html, _ = HTMLExporter(config=config).from_notebook_node(nb, resources=resources)
+    return html
+
+
+ESCAPED_TAG = re.compile(r"&lt;/?(?:span|div|pre|code|p|em|strong|a|table)\b")
+
+
+@pytest.mark.parametrize(
+    "release", sorted(p.parent.name for p in (ROOT / "notebooks").glob("ex*/*.ipynb"))
+)
+def test_the_formgrader_shows_stored_markdown_as_the_notebook_does(release) -> None:
+    """The formgrader renders each markdown cell of the autograded notebook as
+    markdown again. The cells course autograde stored rendered (every one a student
+    can edit) show there as the release notebook itself shows them: the same text,
+    and no markup as text (ex05's worked example, a code block with a blank line,
+    showed 30 escaped ``<span class="p">`` tags before they were stored as one HTML
+    block)."""
+    path = ROOT / "notebooks" / release / f"{release}.ipynb"
+    original = nbformat.read(str(path), as_version=4)
+    stored = nbformat.read(str(path), as_version=4)
+    safe_outputs(stored)
+    assert safe_outputs(stored) == 0  # a second pass changes nothing
+    edited = [
+        cell
+        for cell in original.cells
+        if cell.cell_type == "markdown"
+        and not cell.metadata.get("nbgrader", {}).get("locked")
+    ]
+    assert edited, f"{release}: no markdown cell a student can edit"
+    page, reference = _formgrader_page(stored), _formgrader_page(original)
+    assert ESCAPED_TAG.findall(page) == ESCAPED_TAG.findall(reference) == []
+    assert _visible_text(page) == _visible_text(reference)
 
 
 # --- a hostile submission through the real pipeline ------------------------------
@@ -252,6 +315,13 @@ def test_the_formgrader_page_runs_none_of_it(hostile_class, formgrader, browser)
         assert response is not None and response.ok, response and response.status
         page.wait_for_load_state("load")
         assert "hover" in page.content()  # the student's outputs are on the page
+        # and the stored markdown cells as the notebook shows them (ex05's worked
+        # example holds a code block with a blank line): no markup shown as text
+        shown = page.locator(".text_cell_render").all_inner_texts()
+        graded = hostile_class.autograded_dir / "hostile" / A / f"{A}.ipynb"
+        markdown = nbformat.read(str(graded), as_version=4).cells
+        assert len(shown) == sum(c.cell_type == "markdown" for c in markdown) >= 2
+        assert [t for t in shown if re.search(r"</?(?:span|div|pre|code|p)\b", t)] == []
         flags = page.evaluate(
             "names => names.filter(n => window['PWNED_' + n] !== undefined)",
             list(FLAGS),

@@ -44,6 +44,7 @@ from .errors import CourseError
 from .gradebook import read_status
 from .notebooks.integrity import Judgement, judged_cells
 from .notebooks.repair import notes_from_notebook
+from .notebooks.safe import as_html_block
 
 __all__ = [
     "FeedbackResult",
@@ -217,29 +218,6 @@ def _inline_mathjax(path: Path):
         return Markup(f"<script>{_MATHJAX_CONFIG}</script>\n<script>{code}</script>")
 
     return course_mathjax
-
-
-_BLANK_LINE = re.compile(r"^[ \t]*$", re.MULTILINE)
-
-
-def as_html_block(rendered: str) -> str:
-    r"""HTML that nbgrader's feedback template, which renders every markdown cell
-    as markdown again, passes through unchanged.
-
-    ``course autograde`` replaces each markdown cell a student can edit by its
-    cleaned rendering (:func:`~.notebooks.safe.safe_markdown`). Rendered again, an
-    HTML block (CommonMark: a line opening ``<div``, ``<p``, ...) ends at the first
-    blank line, and what follows is markdown: the indented rest of a code example
-    with a blank line became a code block showing the highlighter's
-    ``<span class="p">`` markup as text. One ``<div>`` around it opens a single
-    block, and each blank line becomes an empty ``<span></span>`` line (nothing to
-    see; inside ``<pre>`` still a line), so the block runs to the end.
-
-    >>> as_html_block("<pre>a\n\nb</pre>")
-    '<div class="course-rendered">\n<pre>a\n<span></span>\nb</pre>\n</div>'
-    """
-    body = _BLANK_LINE.sub("<span></span>", rendered.strip())
-    return f'<div class="course-rendered">\n{body}\n</div>'
 
 
 class RenderedMarkdown(Preprocessor):

@@ -15,8 +15,12 @@ Jupyter origin) would run that script. Two layers keep it inert:
    markdown cell a student can edit (every cell but the locked ones, which nbgrader
    restores from the release) is replaced by its rendering, cleaned the same way
    (links kept, to http, https and mailto only): nbgrader's feedback and formgrader
-   templates render markdown cells without sanitizing them. The grade is read before
-   this runs, so it cannot change a grade.
+   templates render markdown cells without sanitizing them. The rendering is stored
+   as one HTML block (:func:`as_html_block`), because both templates render the
+   stored cell as markdown again: a bare rendering would end its HTML block at its
+   first blank line, and the formgrader would show the rest (a code example with a
+   blank line, ex05's worked example) as escaped ``<span class="p">`` markup. The
+   grade is read before this runs, so it cannot change a grade.
 2. Every HTML page nbgrader writes from a notebook renders with nbconvert's own
    sanitizing of outputs (``HTMLExporter.sanitize_html``, set in the course's
    ``nbgrader_config.py``), a second layer for the outputs.
@@ -24,9 +28,17 @@ Jupyter origin) would run that script. Two layers keep it inert:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["SAFE_IMAGE_TYPES", "clean_html", "safe_markdown", "safe_outputs"]
+__all__ = [
+    "SAFE_IMAGE_TYPES",
+    "as_html_block",
+    "clean_html",
+    "safe_markdown",
+    "safe_outputs",
+    "stored_markdown",
+]
 
 SAFE_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
 
@@ -100,11 +112,61 @@ def safe_markdown(source: str) -> str:
     return clean_html(markdown2html(source)).strip()
 
 
+# what as_html_block writes, and the blank lines it takes out
+_BLOCK_START = '<div class="course-rendered">\n'
+_BLANK_LINE = re.compile(r"^[ \t]*$", re.MULTILINE)
+
+
+def as_html_block(rendered: str) -> str:
+    r"""HTML that a markdown renderer (nbgrader's feedback and formgrader
+    templates render every markdown cell as markdown again) passes through
+    unchanged.
+
+    Rendered again, an HTML block (CommonMark: a line opening ``<div``, ``<p``,
+    ...) ends at the first blank line, and what follows is markdown: the indented
+    rest of a code example with a blank line became a code block showing the
+    highlighter's ``<span class="p">`` markup as text. One ``<div>`` around it
+    opens a single block, and each blank line becomes an empty ``<span></span>``
+    line (nothing to see; inside ``<pre>`` still a line), so the block runs to the
+    end.
+
+    >>> as_html_block("<pre>a\n\nb</pre>")
+    '<div class="course-rendered">\n<pre>a\n<span></span>\nb</pre>\n</div>'
+    """
+    body = _BLANK_LINE.sub("<span></span>", rendered.strip())
+    return f"{_BLOCK_START}{body}\n</div>"
+
+
+def stored_markdown(source: str) -> str:
+    """What :func:`safe_outputs` stores for a markdown cell a student can edit: its
+    cleaned rendering (:func:`safe_markdown`) as one HTML block, which a markdown
+    renderer (the formgrader's, the feedback page's) passes through unchanged. A
+    cell that already holds such a block is kept as it is (a second pass changes
+    nothing).
+
+    >>> print(stored_markdown("```\\nx\\n\\ny\\n```"))
+    <div class="course-rendered">
+    <pre><code>x
+    <span></span>
+    y
+    </code></pre>
+    </div>
+    """
+    if (
+        source.startswith(_BLOCK_START)
+        and source.endswith("\n</div>")
+        and not _BLANK_LINE.search(source)
+        and clean_html(source) == source
+    ):
+        return source
+    return as_html_block(safe_markdown(source))
+
+
 def safe_outputs(nb) -> int:
     """Reduce the outputs of every code cell of ``nb`` (an nbformat node, changed
     in place) to inert types, and replace each markdown cell a student can edit by
-    its cleaned rendering (:func:`safe_markdown`); returns how many outputs or
-    cells changed."""
+    its cleaned rendering as one HTML block (:func:`stored_markdown`); returns how
+    many outputs or cells changed."""
     changed = 0
     for cell in nb.cells:
         if cell.get("cell_type") == "markdown":
@@ -112,7 +174,7 @@ def safe_outputs(nb) -> int:
             text = cell.source
             text = "".join(text) if isinstance(text, list) else text
             if not locked and text.strip():
-                safe = safe_markdown(text)
+                safe = stored_markdown(text)
                 if safe != text:
                     cell.source = safe
                     changed += 1
