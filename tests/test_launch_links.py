@@ -401,6 +401,59 @@ def test_class_chapter_notebook_has_no_solution_dropdown() -> None:
         c["source"] for c in json.loads(open_nb)["cells"] if c["cell_type"] == "code"]
 
 
+@pytest.mark.parametrize("edition", ["open", "class"])
+def test_a_hub_book_page_points_to_the_fetched_copy(tmp_path, edition) -> None:
+    """A real Sphinx build with the course's extension and a hub in _config.yml:
+    the page's exercise pointer (a GitHub link, moved to the student repository in
+    the class edition) is followed by the note whose link opens the fetched copy;
+    without a hub, no note."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    config = {
+        "repository": {"url": REPO_URL, "branch": BRANCH},
+        "launch_buttons": {
+            "jupyterhub_url": HUB,
+            "student_repository": "https://github.com/some-class/pe-student",
+        },
+    }
+    (src / "_config.yml").write_text(yaml.safe_dump(config))
+    (src / "_toc.yml").write_text("root: index\n")
+    (src / "conf.py").write_text(
+        'extensions = ["course_lib.grading.editions.launch"]\n'
+    )
+    blob = f"{REPO_URL}/blob/{BRANCH}/notebooks/ex05_alibi/ex05_alibi.ipynb"
+    (src / "index.rst").write_text(
+        f"Title\n=====\n\nExercise\n--------\n\nRead `it on GitHub <{blob}>`__.\n"
+    )
+    tags = ["-t", "class_edition"] if edition == "class" else []
+
+    def build(out: Path) -> str:
+        run = subprocess.run(
+            [sys.executable, "-m", "sphinx", "-q", "-W", "-n", "-b", "html", *tags,
+             str(src), str(out)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        return (out / "index.html").read_text()
+
+    page = build(tmp_path / "out")
+    links = re.findall(r'href="(https://[^"]+)"', page)
+    fetched = f"{HUB}/hub/user-redirect/lab/tree/ex05_alibi/ex05_alibi.ipynb"
+    github = [u for u in links if u.startswith("https://github.com/")]
+    if edition == "class":
+        assert github == [blob.replace(f"{ORG}/{REPO}", "some-class/pe-student")]
+    else:
+        assert github == [blob]
+    assert [u for u in links if u.startswith(HUB)] == [fetched]
+    assert page.index(github[0]) < page.index("course-hub-note") < page.index(fetched)
+    config["launch_buttons"] = {}
+    (src / "_config.yml").write_text(yaml.safe_dump(config))
+    assert "course-hub-note" not in build(tmp_path / "out-no-hub")
+
+
 # --- mapping a link back to a repository path (independent of course_lib) --------
 
 
