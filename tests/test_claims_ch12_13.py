@@ -354,8 +354,11 @@ def test_chapter_13_glues_the_numbers_it_derives():
                  "alibi_flex_vs"):
         assert f"{{glue:text}}`{name}" in text, name
     prose = re.sub(r"```.*?```", " ", text, flags=re.S)
+    for name in ("sin_positions", "sin_dims"):
+        assert f"{{glue:text}}`{name}`" in text, name
     for typed in ("4 GiB of float32", "blocks of 256", "one page (4 KiB)",
-                  "the 8 MiB tensor", "the 64 MiB tensor"):
+                  "the 8 MiB tensor", "the 64 MiB tensor", "a fresh 64 MiB block",
+                  "for 2048 positions and 512 dimensions"):
         assert typed not in prose, typed
 
 
