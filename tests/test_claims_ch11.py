@@ -2,9 +2,10 @@
 file checks against the stored lab results, the library, the graders and the
 chapter's own text.
 
-* The opening's verdicts on the lab come from paired differences with chapter 10's
-  margin (or "both at chance"), and the page counts its comparisons; no verdict is
-  read from overlapping per-cell intervals.
+* The opening's verdicts on the lab come from paired differences judged by chapter
+  10's rule (the margin, "both at chance"; recomputed here from compare_paired and
+  the per-sequence counts), and the page counts its comparisons; no verdict is read
+  from overlapping per-cell intervals.
 * The unseen-angle explanation is stated as the papers' claim (Chen et al. 2023,
   sections 2.2 and 2.3; bloc97's post as Peng et al. describe it, section 3.1; Peng
   et al. 2023, section 3.2), with the lab's contrary evidence, and chapter 10 named by
@@ -116,8 +117,11 @@ def test_opening_verdicts_are_paired_differences_with_the_margin(stored, opening
         cells = [c.strip() for c in row.strip("|").split("|")][1:]
         for task, cell in zip(settings["tasks"], cells, strict=True):
             c = compare_paired(stored, task, a, b, top)
-            want = ("both at chance" if _at_chance(stored, task, a, top)
-                    and _at_chance(stored, task, b, top) else c["verdict"])
+            want = c["verdict"]
+            if want in ("higher", "lower") and abs(c["diff"]) < EQUIVALENCE_MARGIN:
+                want = "undecided"  # beyond 0, but the estimate inside the margin
+            if _at_chance(stored, task, a, top) and _at_chance(stored, task, b, top):
+                want = "both at chance"
             assert cell == (f"{c['diff']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], "
                             f"{want}"), (a, b, task)
     # plain RoPE against itself at L: the glued task list
@@ -144,7 +148,7 @@ def test_opening_reads_no_verdict_from_per_cell_intervals():
     """The old opening quoted each cell's interval ('0.52 [0.47, 0.56] against 0.80
     [0.70, 0.89]') and read the difference from them."""
     text = CH11.read_text()
-    assert "lab_cell(" not in text and "summarize_rope(lab)" in text
+    assert "lab_cell(" not in text and "lab_verdict(lab, task, a, b, length)" in text
     prose = _prose(text)
     assert not re.search(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", prose)
     assert "paired differences" in prose and "How many comparisons" in text
