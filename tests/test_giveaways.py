@@ -76,14 +76,6 @@ pytestmark = pytest.mark.slow
 
 # Give-aways found in today's chapters and not yet removed by the chapter's owner.
 KNOWN: dict[str, str] = {
-    "04-rope.md": "book/04-rope.md:692, the rope interactive figure's JSON holds the "
-    "angles at position 1 for head size 16: rope_frequencies(16), a hidden ex04 case",
-    "05-alibi.md": "book/05-alibi.md:262, the alibi interactive figure's JSON holds "
-    "alibi_slopes(n) for n = 1..16: ex05's public cases 4, 6 and 8 (the hidden ones "
-    "moved to 17-128 heads in eef481e)",
-    "06-relative.md": "book/06-relative.md:326, the t5 interactive figure's JSON holds "
-    "the buckets (32 buckets, max distance 128, both directions) of ex06's public "
-    "case arange(-200, 201) (the hidden settings moved off the figure in eef481e)",
 }
 
 

@@ -47,8 +47,8 @@ def plot_alibi_bias(
 
     Returns:
         Figure with one heatmap axes per drawn head (image = that head of
-        :func:`~course_lib.alibi.alibi_bias`) and a last axes with the slopes
-        :math:`m_h` against the head index on a log scale.
+        :func:`~course_lib.alibi.alibi_bias`) and a last axes with the exponents
+        :math:`-\log_2 m_h` of the slopes against the head index.
     """
     from ..alibi import alibi_bias, alibi_slopes
 
@@ -81,10 +81,12 @@ def plot_alibi_bias(
         ax.set_xlabel("key $j$")
         ax.set_ylabel("query $i$")
     last = axes[-1]
-    last.plot(range(n_heads), slopes.numpy(), "o-", ms=3)
-    last.set_yscale("log", base=2)
+    # The exponents -log2 m_h on a linear axis (the log scale of the slopes, read as
+    # the numbers the paper writes, 2^-1 ... 2^-8), as plot_alibi_slopes places them.
+    last.plot(range(n_heads), (-slopes.double().log2()).numpy(), "o-", ms=3)
+    last.invert_yaxis()  # steep heads (small exponent) at the top
     last.set_xlabel("head $h$")
-    last.set_ylabel("slope $m_h$")
+    last.set_ylabel(r"$-\log_2 m_h$")
     last.set_title(f"slopes, {n_heads} heads")
     fig.suptitle("ALiBi bias $-m_h|i-j|$ added to the attention scores", fontsize=10)
     return fig
