@@ -381,7 +381,7 @@ def test_all_ones_decay_caption() -> None:
         assert f"{{glue:text}}`{name}" in text, name
         prefix = name.rsplit("_", 1)[0]  # names glued in a loop: glue(f"prefix_...
         assert f'glue("{name}"' in text or f'glue(f"{prefix}_' in text
-    assert "viz.plot_rope_decay(bases=(10_000.0, 500_000.0))" in text
+    assert "viz.plot_rope_decay(128, bases=(10_000.0, 500_000.0))" in text
     for typed in (
         "2.6\n      million",
         "instead of 54 000",
