@@ -498,3 +498,33 @@ def test_a_variant_s_own_section_is_where_its_hints_point(monkeypatch) -> None:
     told = with_hint("wrong.", "mask it", "alibi_bias(4, 5)")
     assert f'"{SECTIONS["alibi_bias"].title}" of chapter 5' in told
     assert cache.title not in told
+
+
+def test_feedback_links_follow_the_term_s_variant(tmp_path, monkeypatch) -> None:
+    from course_lib.checks.sections import Section
+    from course_lib.grading.feedback import teaching_links
+
+    ex05 = _module("ex05_alibi")
+    root = tmp_path / "course"
+    root.mkdir()
+    (root / "_config.yml").write_text((ROOT / "_config.yml").read_text())
+    config = "c = get_config()\n" + TERM_CONFIG.format(a="ex05_alibi", v="causal",
+                                                       s=SEED)
+    (root / "nbgrader_config.py").write_text(config)
+    name, links = teaching_links(root, "alibi_bias")
+    assert name == 'Chapter 5, section "The bias"'  # the causal form is taught there
+    cache = Section("book/05-alibi", "alibi-kv-cache",
+                    "Key/value caches: queries are the last positions")
+    moved = {
+        "causal": _core.Variant(
+            ex05.VARIANTS["causal"].summary, ex05.VARIANTS["causal"].references,
+            sections={"alibi_bias": cache},
+        )
+    }
+    monkeypatch.setattr(ex05, "VARIANTS", moved)
+    name, moved_links = teaching_links(root, "alibi_bias")
+    assert name == 'Chapter 5, section "Key/value caches: queries are the last positions"'
+    assert moved_links[0][1].endswith("#alibi-kv-cache")
+    assert links[0][1].endswith("#alibi-bias")
+    (root / "nbgrader_config.py").write_text("c = get_config()\n")  # the open edition
+    assert teaching_links(root, "alibi_bias")[0] == 'Chapter 5, section "The bias"'

@@ -143,9 +143,9 @@ def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
     "The bias"") and ``(text, url)`` links: the book page at the section, then the
     chapter notebook on each launch service (:mod:`~.editions.launch`; a class with
     a student repository gets its own). No links without a ``_config.yml`` in
-    ``root``; no section for a function the table does not know."""
-    from course_lib.checks.sections import section_of
-
+    ``root``; no section for a function the table does not know. A term's variant
+    that teaches the function in another section (``CourseTerm`` in ``root``'s
+    ``nbgrader_config.py``, :func:`.editions.term.variant_section`) links there."""
     from .editions.launch import (
         book_page_url,
         chapter_notebook_path,
@@ -153,8 +153,9 @@ def teaching_links(root, function: str) -> tuple[str, list[tuple[str, str]]]:
         launch_urls,
         read_settings,
     )
+    from .editions.term import term_at, variant_section
 
-    section = section_of(function)
+    section = variant_section(function, term_at(root))
     if section is None:
         return "", []
     number = section.page.rsplit("/", 1)[-1].split("-", 1)[0]
