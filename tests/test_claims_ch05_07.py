@@ -154,12 +154,13 @@ def test_alibi_span_caption_numbers_are_read_from_the_plotted_curves() -> None:
         "alibi_span_last",
         "alibi_half_first",
         "alibi_half_last",
+        "alibi_m_first",
+        "alibi_m_last",
     }
     no_roles = re.sub(r"\{glue:text\}`[^`]*`", "", caption)
     maths = re.findall(r"\$[^$]*\$", no_roles)  # formulas: slopes and ln 2/m only
     assert {" ".join(f.split()) for f in maths} <= {
-        "$m = 2^{-1}$",
-        "$m = 2^{-8}$",
+        "$m$",
         "$\\ln 2/m$",
     }, maths
     typed = sorted(set(re.findall(r"\d+", re.sub(r"\$[^$]*\$", "", no_roles))))
@@ -169,6 +170,9 @@ def test_alibi_span_caption_numbers_are_read_from_the_plotted_curves() -> None:
     namespace = {
         "viz": importlib.import_module("course_lib.viz"),
         "glue": lambda name, value, display=True: glued.__setitem__(name, value),
+        "math": math,
+        "torch": torch,
+        "cl": cl,
     }
     exec(code, namespace)  # noqa: S102 - the course's own chapter
     n_keys = 64
@@ -182,6 +186,9 @@ def test_alibi_span_caption_numbers_are_read_from_the_plotted_curves() -> None:
     assert namespace["first_half"] == expected
     assert glued["alibi_span_first"] == expected[0]
     assert glued["alibi_span_last"] == expected[-1]
+    # the slopes m quoted beside them, fitted from the plotted weights: 2^-1 and 2^-8
+    assert glued["alibi_m_first"] == pytest.approx(2.0**-1, rel=1e-5)
+    assert glued["alibi_m_last"] == pytest.approx(2.0**-8, rel=1e-5)
     # the prose's closed form D = -ln((1 + e^{-m n}) / 2) / m for the crossing of the
     # tail: the first distance with cum >= 1/2 is the first integer >= D - 1
     for m, first in zip(cl.alibi_slopes(8).double().tolist(), expected, strict=True):
