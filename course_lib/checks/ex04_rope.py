@@ -9,6 +9,17 @@ reversed positions, exponents off by a factor of 2, a conversion over the whole 
 instead of per head, the reverse conversion, columns instead of rows, biases left
 alone, ...) are computed here, with an independent rotation, so that a wrong answer
 is named.
+
+Variants (:data:`VARIANTS`, chosen for a term by ``c.CourseTerm.variants`` in
+``nbgrader_config.py``): ``"rotate-half"`` asks ``apply_rope`` for the other pairing
+(chapter 4, "Two ways to pair the dimensions", eq. ``rope-half``): dimension ``i``
+rotates with dimension ``i + d/2``, as GPT-NeoX and Hugging Face Llama's
+``rotate_half`` do. The open edition's answer (the interleaved pairs ``(2i, 2i+1)``)
+fails it, and is named as such. ``rope_frequencies`` and
+``interleaved_to_half_weights`` ask the same in every variant (the conversion's
+target is the rotate-half code, which in this variant is the student's own
+``apply_rope``). A term's ``seed`` (``c.CourseTerm.seed``) draws the hidden graders'
+sizes, positions and inputs anew.
 """
 
 from __future__ import annotations
@@ -29,10 +40,14 @@ from course_lib.rope import rope_frequencies as _ref_rope_frequencies
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     passed,
+    term_rng,
+    variant_named,
 )
+from .sections import Section
 
 __all__ = [
     "check_apply_rope",
@@ -46,6 +61,21 @@ __all__ = [
 # Students compute m * theta in float32: ~1e-5 rad at m ~ 60.
 _ATOL = 1e-4
 _RTOL = 1e-4
+
+EXERCISE = "ex04_rope"
+VARIANTS: dict[str, Variant] = {
+    "rotate-half": Variant(
+        summary=(
+            "apply_rope rotates the rotate-half pairs (x_i, x_{i+d/2}) of GPT-NeoX "
+            "and Hugging Face Llama instead of the interleaved (x_2i, x_2i+1) "
+            "(chapter 4, section 'Two ways to pair the dimensions', eq. rope-half)"
+        ),
+        references={"apply_rope": "_reference_rotate_half_rope"},
+        sections={"apply_rope": Section(
+            "book/04-rope", "rope-pairings", "Two ways to pair the dimensions"
+        )},
+    ),
+}
 
 
 def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
@@ -130,10 +160,27 @@ def check_rope_frequencies(rope_frequencies: Callable) -> None:
     passed("rope_frequencies", public=True)
 
 
-def grade_rope_frequencies(rope_frequencies: Callable) -> None:
-    """Hidden grade: head_dim 2 (one pair), odd numbers of pairs, large head_dim."""
+def _hidden_frequency_dims(seed: int | None) -> tuple[int, ...]:
+    """The hidden head dimensions: fixed without a term seed; else drawn by the seed
+    with the same properties: head_dim 2 (one pair), two odd numbers of pairs, an
+    even number of pairs other than the public 4 and 8, two wide heads (64 to 256)."""
+    if seed is None:
+        return (2, 6, 10, 16, 64, 128)
+    rng = term_rng(seed, "grade_rope_frequencies")
+    odd = rng.sample(range(6, 64, 4), 2)  # 6, 10, ..., 62: 3, 5, ..., 31 pairs
+    even = rng.choice(range(12, 64, 4))  # 12, 16, ..., 60: 6, 8, ..., 30 pairs
+    wide = rng.sample(range(64, 258, 2), 2)
+    return (2, *sorted(odd), even, *sorted(wide))
+
+
+def grade_rope_frequencies(rope_frequencies: Callable, variant: str | None = None,
+                           seed: int | None = None) -> None:
+    """Hidden grade: head_dim 2 (one pair), odd numbers of pairs, large head_dim
+    (drawn by the term's ``seed`` when there is one). No variant changes the
+    frequencies."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_rope_frequencies(rope_frequencies)
-    dims = (2, 6, 10, 16, 64, 128)
+    dims = _hidden_frequency_dims(seed)
     for head_dim in dims:
         _check_frequencies(rope_frequencies, head_dim)
     passed("rope_frequencies", public=False, detail=f"{len(dims)} head dimensions")
@@ -145,18 +192,19 @@ def grade_rope_frequencies(rope_frequencies: Callable) -> None:
 def _rotate(x: torch.Tensor, angles: torch.Tensor, pairing: str) -> torch.Tensor:
     """Rotate ``x`` (..., seq, d) by ``angles`` (seq, d/2), independent of the library.
 
-    ``pairing`` is ``"interleaved"`` (2i, 2i+1), ``"half"`` (i, i + d/2), or
-    ``"scrambled"``: pairs read as (2i, 2i+1) but written back as [evens | odds].
+    ``pairing`` is ``"interleaved"`` (2i, 2i+1), ``"half"`` (i, i + d/2),
+    ``"scrambled"``: pairs read as (2i, 2i+1) but written back as [evens | odds], or
+    ``"unhalved"``: pairs read as (i, i + d/2) but written back to (2i, 2i+1).
     """
     x = x.double()
     cos, sin = angles.cos(), angles.sin()  # (seq, d/2)
     half = x.shape[-1] // 2
-    if pairing == "half":
+    if pairing in ("half", "unhalved"):
         a, b = x[..., :half], x[..., half:]  # (..., seq, d/2)
     else:
         a, b = x[..., 0::2], x[..., 1::2]  # (..., seq, d/2)
     ra, rb = a * cos - b * sin, a * sin + b * cos  # (..., seq, d/2)
-    if pairing == "interleaved":
+    if pairing in ("interleaved", "unhalved"):
         return torch.stack((ra, rb), dim=-1).flatten(-2)  # (..., seq, d)
     return torch.cat((ra, rb), dim=-1)  # (..., seq, d)
 
@@ -231,6 +279,109 @@ def _rope_mistakes(x: torch.Tensor, positions: torch.Tensor
     ]
 
 
+def _reference_rotate_half_rope(x: torch.Tensor, positions: torch.Tensor
+                                ) -> torch.Tensor:
+    """The rotate-half variant's answer: pairs (x_i, x_{i+d/2}) rotated by
+    positions * theta_i, in the dtype of ``x``."""
+    return _ref_apply_rope(x, positions, convention="half")  # same shape as x
+
+
+def _rotate_half_rope_mistakes(x: torch.Tensor, positions: torch.Tensor
+                               ) -> list[Mistake]:
+    """Wrong answers to the rotate-half variant, the open edition's answer first."""
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64)
+    theta = 10000.0 ** (-2 * i / d)  # (d/2,)
+    pos = positions.double()
+    seq = x.shape[-2]
+    xd = x.double()
+    rotated_half = torch.cat((-xd[..., d // 2:], xd[..., :d // 2]), dim=-1)
+
+    def angles(p: torch.Tensor, t: torch.Tensor = theta) -> torch.Tensor:
+        return p[:, None] * t[None, :]  # (seq, d/2)
+
+    right = angles(pos)
+    return [
+        Mistake(
+            _rotate(x, right, "interleaved"),
+            "this is the interleaved pairing (2i, 2i+1) of the RoFormer paper and "
+            "Meta's LLaMA code, the answer of the open edition's exercise 4; this "
+            "term's exercise asks for the rotate-half pairing of GPT-NeoX and "
+            "Hugging Face Llama: dimension i rotates with dimension i + d/2, "
+            "x * [cos | cos] + rotate_half(x) * [sin | sin] with rotate_half(x) = "
+            "[-x[d/2:] | x[:d/2]]",
+            "default-variant",
+        ),
+        Mistake(
+            _rotate(x, right, "unhalved"),
+            "the pairs are read as (i, i + d/2) but written back to (2i, 2i+1) "
+            "(torch.stack(...).flatten(-2) instead of torch.cat): the output "
+            "dimensions are permuted; put each rotated pair back at (i, i + d/2)",
+            "unhalved-pairs",
+        ),
+        Mistake(
+            _rotate(x, right, "scrambled"),
+            "the pairs are read as (2i, 2i+1) (the interleaved pairing) and written "
+            "back as two halves; rotate-half reads and writes the pairs "
+            "(i, i + d/2): the first half of the head with the second half",
+            "scrambled-pairs",
+        ),
+        Mistake(
+            xd * right.cos().repeat_interleave(2, dim=-1)
+            + rotated_half * right.sin().repeat_interleave(2, dim=-1),
+            "rotate_half(x) is right, but the cos/sin tables repeat each angle in "
+            "place ([c0, c0, c1, c1, ...], repeat_interleave, the interleaved "
+            "layout); with rotate_half the tables are [cos | cos] and [sin | sin] "
+            "(torch.cat((angles, angles), -1)), so that dimensions i and i + d/2 "
+            "share the angle of pair i",
+            "tables-interleaved",
+        ),
+        Mistake(
+            _rotate(x, -right, "half"),
+            "the rotation goes the wrong way (the sign of the angle is flipped, as "
+            "with rotate_half(x) = [x[d/2:] | -x[:d/2]]): rotate_half(x) = "
+            "[-x[d/2:] | x[:d/2]], so (a, b) -> (a cos - b sin, a sin + b cos)",
+            "rotation-reversed",
+        ),
+        Mistake(
+            _rotate(x, angles(pos.flip(0)), "half"),
+            "the positions are reversed: token t must be rotated by positions[t]",
+            "positions-reversed",
+        ),
+        Mistake(
+            _rotate(x, angles(torch.arange(seq, dtype=torch.float64)), "half"),
+            "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
+            "token t by positions[t], e.g. an offset when decoding with a KV cache",
+            "positions-ignored",
+        ),
+        Mistake(
+            _rotate(x, angles(pos, 10000.0 ** (-i / d)), "half"),
+            "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            _rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), "half"),
+            "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-4i",
+        ),
+        Mistake(
+            _rotate(x, right.flip(-1), "half"),
+            "the frequencies are in reversed order: pair 0, dimensions (0, d/2), "
+            "turns fastest (theta_0 = 1)",
+            "frequencies-reversed",
+        ),
+        Mistake(
+            xd * torch.cat((right.cos(), right.cos()), dim=-1)
+            + xd * torch.cat((right.sin(), right.sin()), dim=-1),
+            "x * cos + x * sin: the sine term must multiply rotate_half(x) = "
+            "[-x[d/2:] | x[:d/2]], not x itself",
+            "x-times-sin",
+        ),
+    ]
+
+
 def _rope_input(
     seed: int, shape: tuple[int, ...], positions: torch.Tensor,
     dtype: torch.dtype = torch.float32,
@@ -247,9 +398,14 @@ _DTYPE_REASON = (
 
 
 def _check_rope(apply_rope: Callable, x: torch.Tensor, positions: torch.Tensor,
-                *, atol: float = _ATOL, rtol: float = _RTOL) -> torch.Tensor:
-    expected = _ref_apply_rope(x, positions)  # same shape as x
-    mistakes = _known(expected, _rope_mistakes(x, positions))
+                *, atol: float = _ATOL, rtol: float = _RTOL,
+                variant: str = "default") -> torch.Tensor:
+    if variant == "rotate-half":
+        expected = _reference_rotate_half_rope(x, positions)  # same shape as x
+        mistakes = _known(expected, _rotate_half_rope_mistakes(x, positions))
+    else:
+        expected = _ref_apply_rope(x, positions)  # same shape as x
+        mistakes = _known(expected, _rope_mistakes(x, positions))
     pos_text = positions.tolist()
     if len(pos_text) > 8:
         pos_text = f"[{pos_text[0]}, {pos_text[1]}, ..., {pos_text[-1]}]"
@@ -265,9 +421,19 @@ def _check_rope(apply_rope: Callable, x: torch.Tensor, positions: torch.Tensor,
     return got
 
 
-def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int) -> None:
+def _pairs(variant: str) -> str:
+    """The pairs a variant rotates, as the messages name them."""
+    if variant == "rotate-half":
+        return "each rotate-half pair (x[i], x[i + d/2])"
+    return "each pair (x[2i], x[2i+1])"
+
+
+def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int,
+                           variant: str = "default") -> None:
     """Norms are preserved; q.k after rotation depends only on the position offset;
-    position 0 is the identity. Checked on the student's own outputs."""
+    position 0 is the identity. Checked on the student's own outputs (they hold in
+    either pairing; the messages name the variant's pairs)."""
+    pairs = _pairs(variant)
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, head_dim, generator=g)  # (1, d)
     k = torch.randn(1, head_dim, generator=g)  # (1, d)
@@ -280,14 +446,15 @@ def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int) -> No
                               f"{tuple(v.shape)}")
         return out.double()
 
-    expect_close(rot(q, 0), q.double(), what=f"{call} at position 0 (no rotation, "
-                 "the vector is unchanged)", atol=1e-6, rtol=1e-5)
+    expect_close(rot(q, 0), q.double(), what=f"{call} at position 0 (no rotation: "
+                 f"{pairs} turns by 0 * theta_i, the vector is unchanged)",
+                 atol=1e-6, rtol=1e-5)
     for m in (3, 17):
         norm = rot(q, m).norm()
         if abs(norm - q.double().norm()) > 1e-4:
             raise CheckFailed(f"{call} at position {m} changed the norm of x from "
-                              f"{q.norm().item():.6g} to {norm.item():.6g}; a rotation "
-                              "preserves lengths")
+                              f"{q.norm().item():.6g} to {norm.item():.6g}; rotating "
+                              f"{pairs} preserves lengths")
     base = (rot(q, 7) * rot(k, 2)).sum()
     for shift in (5, 21):
         shifted = (rot(q, 7 + shift) * rot(k, 2 + shift)).sum()
@@ -295,58 +462,117 @@ def _check_rope_properties(apply_rope: Callable, seed: int, head_dim: int) -> No
             raise CheckFailed(
                 f"relative property: rope(q, {7 + shift}) . rope(k, {2 + shift}) = "
                 f"{shifted.item():.6g} but rope(q, 7) . rope(k, 2) = {base.item():.6g};"
-                " the score must depend only on the offset m - n"
+                f" the score must depend only on the offset m - n, as it does "
+                f"when {pairs} turns by m * theta_i in both"
             )
 
 
-def _public_apply_rope(apply_rope: Callable) -> None:
+def _public_apply_rope(apply_rope: Callable, variant: str = "default") -> None:
     """Public cases: a (batch, heads, seq, d) tensor, an offset, far positions,
     float64, the properties."""
     x, pos = _rope_input(0, (2, 3, 5, 8), torch.arange(5))
-    _check_rope(apply_rope, x, pos)
+    _check_rope(apply_rope, x, pos, variant=variant)
     x, pos = _rope_input(1, (4, 6), torch.arange(10, 14))
-    _check_rope(apply_rope, x, pos)
+    _check_rope(apply_rope, x, pos, variant=variant)
     # Far positions (a long KV cache): a table of angles cached for a fixed length,
     # or positions rounded to a low precision, fail here. float32 angles lose ~1e-4
     # at position 5000, hence the wider tolerance.
     x, pos = _rope_input(18, (2, 3, 8, 8), torch.tensor(
         [1000, 1001, 2047, 2048, 2049, 4095, 4096, 5000]))
-    _check_rope(apply_rope, x, pos, atol=2e-3, rtol=1e-3)
+    _check_rope(apply_rope, x, pos, atol=2e-3, rtol=1e-3, variant=variant)
     # float64 queries (the answer keeps the dtype of x)
     x, pos = _rope_input(20, (2, 5, 6), torch.arange(3, 8), torch.float64)
-    _check_rope(apply_rope, x, pos)
-    _check_rope_properties(apply_rope, 2, 8)
+    _check_rope(apply_rope, x, pos, variant=variant)
+    _check_rope_properties(apply_rope, 2, 8, variant)
 
 
-def check_apply_rope(apply_rope: Callable) -> None:
+def _pairing(variant: str) -> str:
+    return "the rotate-half pairing (i, i + d/2)" if variant == "rotate-half" else ""
+
+
+def check_apply_rope(apply_rope: Callable, variant: str | None = None) -> None:
     """Public check: a (batch, heads, seq, d) tensor, an offset, far positions,
-    float64, the properties."""
-    _public_apply_rope(apply_rope)
-    passed("apply_rope", public=True)
+    float64, the properties (``variant="rotate-half"``: the pairs (i, i + d/2))."""
+    variant = variant_named(VARIANTS, variant, EXERCISE)
+    _public_apply_rope(apply_rope, variant)
+    passed("apply_rope", public=True, detail=_pairing(variant))
 
 
-def grade_apply_rope(apply_rope: Callable) -> None:
-    """Hidden grade: head_dim 2, one token, arbitrary positions, float64, properties."""
-    _public_apply_rope(apply_rope)
-    g = torch.Generator().manual_seed(42)
+RopeCase = tuple[int, tuple[int, ...], torch.Tensor, torch.dtype]
+
+
+def _hidden_rope_cases(seed: int | None) -> tuple[list[RopeCase], list[int], int,
+                                                  tuple[int, int]]:
+    """The hidden cases of ``grade_apply_rope``: ``(cases, far positions, seed of
+    the far input, (seed, head_dim) of the properties)``, each case ``(input seed,
+    shape, positions, dtype)``. Fixed without a term seed; else drawn by the seed
+    with the same properties: head_dim 2 (one pair) at an offset, one token at a
+    position past 0, a (batch, heads, seq, d) tensor, unordered repeated positions
+    below 60, an odd number of pairs at an offset, float64, reversed positions on a
+    wide head, five unordered far positions up to 9000 (one past 2^13 = 8192, as
+    the fixed 9000; the far tolerance is derived for positions up to 9000), and the
+    properties on an odd number of pairs."""
+    if seed is None:
+        g = torch.Generator().manual_seed(42)
+        cases = [
+            (10, (3, 2), torch.arange(3), torch.float32),
+            (11, (1, 16), torch.tensor([9]), torch.float32),
+            (12, (2, 4, 7, 16), torch.arange(7), torch.float32),
+            (13, (3, 6, 32), torch.randint(0, 60, (6,), generator=g), torch.float32),
+            (14, (2, 1, 9, 10), torch.arange(31, 40), torch.float32),
+            (15, (5, 12), torch.arange(5), torch.float64),
+            (16, (2, 8, 64), torch.arange(8).flip(0), torch.float32),
+        ]
+        return cases, [7000, 300, 9000, 1, 8191], 19, (17, 12)
+    rng = term_rng(seed, "grade_apply_rope")
+
+    def draw() -> int:
+        return rng.randrange(2**31)
+
+    start, seq_2 = rng.randint(1, 40), rng.randint(2, 5)
+    seq_4, seq_5, seq_7 = rng.randint(3, 9), rng.randint(4, 8), rng.randint(5, 10)
+    seq_6 = rng.randint(3, 7)
+    offset = rng.randint(20, 200)
+    random_positions = [rng.randrange(60) for _ in range(seq_5)]
     cases = [
-        (10, (3, 2), torch.arange(3), torch.float32),
-        (11, (1, 16), torch.tensor([9]), torch.float32),
-        (12, (2, 4, 7, 16), torch.arange(7), torch.float32),
-        (13, (3, 6, 32), torch.randint(0, 60, (6,), generator=g), torch.float32),
-        (14, (2, 1, 9, 10), torch.arange(31, 40), torch.float32),
-        (15, (5, 12), torch.arange(5), torch.float64),
-        (16, (2, 8, 64), torch.arange(8).flip(0), torch.float32),
+        (draw(), (seq_2, 2), torch.arange(start, start + seq_2), torch.float32),
+        (draw(), (1, 2 * rng.randint(4, 12)), torch.tensor([rng.randint(1, 500)]),
+         torch.float32),
+        (draw(), (rng.randint(1, 3), rng.randint(2, 6), seq_4, 2 * rng.randint(5, 12)),
+         torch.arange(seq_4), torch.float32),
+        (draw(), (rng.randint(2, 4), seq_5, 2 * rng.randint(12, 24)),
+         torch.tensor(random_positions), torch.float32),
+        (draw(), (2, 1, seq_7, 2 * rng.choice((3, 5, 7, 9, 11))),
+         torch.arange(offset, offset + seq_7), torch.float32),
+        (draw(), (seq_6, 2 * rng.randint(3, 10)), torch.arange(seq_6),
+         torch.float64),
+        (draw(), (2, 8, 2 * rng.randint(24, 48)), torch.arange(8).flip(0),
+         torch.float32),
     ]
-    for seed, shape, pos, dtype in cases:
-        x, pos = _rope_input(seed, shape, pos, dtype)
-        _check_rope(apply_rope, x, pos)
+    far = rng.sample(range(1, 8192), 4)
+    far.insert(rng.randrange(5), rng.randint(8192, 9000))
+    return cases, far, draw(), (draw(), 2 * rng.choice((3, 5, 7, 9)))
+
+
+def grade_apply_rope(apply_rope: Callable, variant: str | None = None,
+                     seed: int | None = None) -> None:
+    """Hidden grade: head_dim 2, one token, arbitrary positions, float64, properties
+    (the cases drawn by the term's ``seed`` when there is one;
+    ``variant="rotate-half"``: the pairs (i, i + d/2))."""
+    variant = variant_named(VARIANTS, variant, EXERCISE)
+    _public_apply_rope(apply_rope, variant)
+    cases, far, far_seed, (property_seed, property_dim) = _hidden_rope_cases(seed)
+    for input_seed, shape, pos, dtype in cases:
+        x, pos = _rope_input(input_seed, shape, pos, dtype)
+        _check_rope(apply_rope, x, pos, variant=variant)
     # Unordered far positions; float32 angles are off by up to ~2 * 9000 * 6e-8 rad
-    x, pos = _rope_input(19, (3, 5, 6), torch.tensor([7000, 300, 9000, 1, 8191]))
-    _check_rope(apply_rope, x, pos, atol=1e-2, rtol=1e-3)
-    _check_rope_properties(apply_rope, 17, 12)
+    x, pos = _rope_input(far_seed, (3, 5, 6), torch.tensor(far))
+    _check_rope(apply_rope, x, pos, atol=1e-2, rtol=1e-3, variant=variant)
+    _check_rope_properties(apply_rope, property_seed, property_dim, variant)
+    pairing = _pairing(variant)
     passed("apply_rope", public=False,
-           detail=f"{len(cases) + 1} shapes, properties")
+           detail=(f"{pairing}, " if pairing else "")
+           + f"{len(cases) + 1} shapes, properties")
 
 
 # ---- interleaved_to_half_weights ----------------------------------------------------
@@ -503,23 +729,71 @@ def check_interleaved_to_half_weights(interleaved_to_half_weights: Callable) -> 
     passed("interleaved_to_half_weights", public=True)
 
 
-def grade_interleaved_to_half_weights(interleaved_to_half_weights: Callable) -> None:
+WeightCase = tuple[int, tuple[int, ...], int, torch.dtype]
+
+
+def _hidden_weight_cases(seed: int | None) -> tuple[list[WeightCase],
+                                                    list[tuple[int, int, int, int]]]:
+    """The hidden cases of ``grade_interleaved_to_half_weights``: ``(cases,
+    properties)``, each case ``(input seed, shape, n_heads, dtype)``, each property
+    ``(seed, n_heads, head_dim, d_model)``. Fixed without a term seed; else drawn by
+    the seed with the same properties: one head, head_dim 2 (nothing moves), an odd
+    number of pairs in a square weight, many heads, grouped-query keys in bfloat16
+    (more columns than rows), a float64 bias, the bias of one head, and the scores
+    of a layer with an odd number of pairs and of one head."""
+    if seed is None:
+        cases = [
+            (10, (8, 5), 1, torch.float32),  # one head of 8, d_model 5
+            (11, (6, 6), 3, torch.float32),  # head_dim 2: nothing moves
+            (12, (24, 24), 4, torch.float32),  # head_dim 6: three pairs
+            (13, (128, 64), 8, torch.float32),  # 8 heads of 16, d_model 64
+            (14, (32, 128), 2, torch.bfloat16),  # grouped-query keys, bfloat16
+            (15, (40,), 4, torch.float64),  # bias of 4 heads of 10
+            (16, (12,), 1, torch.float32),  # bias of one head
+        ]
+        return cases, [(17, 4, 6, 12), (18, 1, 16, 8)]
+    rng = term_rng(seed, "grade_interleaved_to_half_weights")
+
+    def draw() -> int:
+        return rng.randrange(2**31)
+
+    pairs_2 = rng.randint(2, 6)  # heads of head_dim 2
+    heads_3, dim_3 = rng.randint(2, 5), 2 * rng.choice((3, 5, 7))
+    heads_4, dim_4 = rng.choice((6, 8, 12)), 2 * rng.randint(4, 10)
+    kv_5, dim_5 = rng.randint(2, 4), 2 * rng.randint(4, 12)
+    heads_6, dim_6 = rng.randint(2, 6), 2 * rng.randint(3, 8)
+    cases = [
+        (draw(), (2 * rng.randint(3, 10), rng.randint(3, 12)), 1, torch.float32),
+        (draw(), (2 * pairs_2, rng.randint(2, 10)), pairs_2, torch.float32),
+        (draw(), (heads_3 * dim_3, heads_3 * dim_3), heads_3, torch.float32),
+        (draw(), (heads_4 * dim_4, rng.randint(32, 96)), heads_4, torch.float32),
+        (draw(), (kv_5 * dim_5, kv_5 * dim_5 * rng.choice((2, 4))), kv_5,
+         torch.bfloat16),
+        (draw(), (heads_6 * dim_6,), heads_6, torch.float64),
+        (draw(), (2 * rng.randint(2, 12),), 1, torch.float32),
+    ]
+    properties = [
+        (draw(), rng.randint(2, 5), 2 * rng.choice((3, 5, 7)), rng.randint(6, 16)),
+        (draw(), 1, 2 * rng.randint(4, 12), rng.randint(4, 12)),
+    ]
+    return cases, properties
+
+
+def grade_interleaved_to_half_weights(interleaved_to_half_weights: Callable,
+                                      variant: str | None = None,
+                                      seed: int | None = None) -> None:
     """Hidden grade: one head, head_dim 2 and odd numbers of pairs, many heads,
-    grouped-query keys, bfloat16 and float64, biases, scores."""
+    grouped-query keys, bfloat16 and float64, biases, scores (drawn by the term's
+    ``seed`` when there is one). No variant changes the conversion: its target is
+    rotate-half code, which in the ``rotate-half`` variant is the student's own
+    ``apply_rope``."""
+    variant_named(VARIANTS, variant, EXERCISE)
     fn = interleaved_to_half_weights
     _public_interleaved_to_half_weights(fn)
-    cases = [
-        (10, (8, 5), 1, torch.float32),  # one head of 8, d_model 5
-        (11, (6, 6), 3, torch.float32),  # head_dim 2: nothing moves
-        (12, (24, 24), 4, torch.float32),  # head_dim 6: three pairs
-        (13, (128, 64), 8, torch.float32),  # 8 heads of 16, d_model 64
-        (14, (32, 128), 2, torch.bfloat16),  # grouped-query keys, bfloat16
-        (15, (40,), 4, torch.float64),  # bias of 4 heads of 10
-        (16, (12,), 1, torch.float32),  # bias of one head
-    ]
-    for seed, shape, n_heads, dtype in cases:
-        _check_weights(fn, _weight_input(seed, shape, dtype), n_heads)
-    _check_weights_property(fn, 17, 4, 6, 12)
-    _check_weights_property(fn, 18, 1, 16, 8)
+    cases, properties = _hidden_weight_cases(seed)
+    for input_seed, shape, n_heads, dtype in cases:
+        _check_weights(fn, _weight_input(input_seed, shape, dtype), n_heads)
+    for property_seed, n_heads, head_dim, d_model in properties:
+        _check_weights_property(fn, property_seed, n_heads, head_dim, d_model)
     passed("interleaved_to_half_weights", public=False,
            detail=f"{len(cases)} shapes, scores")
