@@ -166,12 +166,12 @@ def test_hugging_face_has_no_static_ntk_type():
 def test_chapter_11_states_the_labs_rope_result(stored):
     """Chapter 11's opening (issue 33): plain RoPE (base 10000) is below its level at
     L by 8L on the tasks the glue names (paired differences of chapter 10), and the
-    sentence 'the lab's own sweep does not bear that out' holds on the stored
+    sentence 'the lab's own sweep ... contradicts the account's simple form' holds on the stored
     results: on recall at 8L neither base 10 (more pairs turning within L) nor PI
     (every angle in the trained range) is above base 10000, and both are below."""
     text = _flat(_prose(CH11))
     assert "plain RoPE (base 10000) was below its accuracy" in text
-    assert "The lab's own sweep does not bear that out" in text
+    assert "The lab's own sweep, with every rescaling applied without fine-tuning, contradicts the account's simple form" in text
     src = CH11.read_text()
     assert 'compare_paired(lab, t, "rope", "rope", lab_top, lab_L)' in src
     cfg = LabConfig.from_dict(stored["meta"]["settings"])

@@ -155,7 +155,7 @@ def test_opening_reads_no_verdict_from_per_cell_intervals():
 
 
 def test_the_lab_contradicts_the_account_where_the_page_says_so(stored):
-    """The prose says the sweep 'does not bear that out': on recall at 8L both a
+    """The prose says the sweep 'contradicts the account's simple form': on recall at 8L both a
     smaller base and PI are below base 10000, and the lab's ramp, which keeps only
     pair 0 as trained, is above PI."""
     s = stored["meta"]["settings"]
@@ -188,7 +188,7 @@ def test_the_unseen_angle_account_is_stated_as_the_papers_claim():
     for phrase in ("{cite}`chen2023pi` (section 2.2)", "(section 2.3)",
                    "bloc97 {cite}`bloc97ntk`", "the post this way, section 3.1",
                    "make the account pair by pair (section 3.2)",
-                   "The lab's own sweep does not bear that out"):
+                   "The lab's own sweep, with every rescaling applied without fine-tuning, contradicts the account's simple form"):
         assert phrase in prose, phrase
     # chapter 10 named by a section title it has (chapter 10 is revised apart)
     title = re.search(r"Chapter 10's section \"([^\"]+)\"", prose).group(1)
