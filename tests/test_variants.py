@@ -528,3 +528,27 @@ def test_feedback_links_follow_the_term_s_variant(tmp_path, monkeypatch) -> None
     assert links[0][1].endswith("#alibi-bias")
     (root / "nbgrader_config.py").write_text("c = get_config()\n")  # the open edition
     assert teaching_links(root, "alibi_bias")[0] == 'Chapter 5, section "The bias"'
+
+
+def test_autograde_refuses_a_release_of_another_term(tmp_path) -> None:
+    """The grading kernel is planned for the configured term: a gradebook whose
+    cells pass another term's values is refused before anything is graded (never
+    graded as "tampering" for want of a plan)."""
+    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.course import Course
+    from course_lib.grading.editions.term import read_term, released_term_problem
+    from course_lib.grading.release import release
+
+    course = _scratch(tmp_path, "ex05_alibi", "causal")
+    release(course, "ex05_alibi")
+    with course.gradebook() as gb:
+        assert released_term_problem(gb, "ex05_alibi", read_term(course)) is None
+        for other in (Term(), Term.checked({"ex05_alibi": "causal"}, SEED + 1),
+                      Term.checked({}, SEED)):
+            problem = released_term_problem(gb, "ex05_alibi", other)
+            assert problem and "release it again" in problem
+            assert f"('causal', {SEED})" in problem
+    config = course.root / "nbgrader_config.py"
+    config.write_text(config.read_text().replace(str(SEED), str(SEED + 1)))
+    with pytest.raises(CourseError, match="released for another term"):
+        autograde(Course(course.root), "ex05_alibi", AutogradeOptions(progress=False))

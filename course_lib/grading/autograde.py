@@ -343,6 +343,11 @@ def _plan(course: Course, gb, assignment: str, options: AutogradeOptions) -> _Pl
     outcome of those unchanged since they were last graded (their files, the
     assignment and the graders alike)."""
     assignment = _known_assignment(course, gb, assignment)
+    from .editions.term import read_term, released_term_problem
+
+    problem = released_term_problem(gb, assignment, read_term(course))
+    if problem:
+        raise CourseError(problem)
     notebooks = tuple(nb.name for nb in gb.find_assignment(assignment).notebooks)
     timeout = options.cell_timeout or cell_time_limit(course.config, assignment)
     limits = options.limits

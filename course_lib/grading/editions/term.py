@@ -52,6 +52,7 @@ __all__ = [
     "exercise_variants",
     "grader_values",
     "read_term",
+    "released_term_problem",
     "released_variant",
     "set_variant_text",
     "term_at",
@@ -309,3 +310,58 @@ def set_variant_text(path, cell: int | str, variant: str, text: str) -> None:
         raise CourseError("the default text is the cell's own source: edit that")
     cells[cell].setdefault("metadata", {}).setdefault(VARIANT_KEY, {})[variant] = text
     path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+
+
+def _cell_values(source: str, module) -> list[tuple[str, tuple]]:
+    """``[(grader, the values it is passed for its term parameters)]`` for the
+    grader calls of a test cell's source."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = []
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        if not call.func.id.startswith(("check_", "grade_")):
+            continue
+        grader = getattr(module, call.func.id, None)
+        if grader is None:
+            continue
+        from course_lib.checks._core import TERM_PARAMS
+
+        params = list(inspect.signature(grader).parameters)
+        at = [i for i, p in enumerate(params) if p in TERM_PARAMS]
+        values = tuple(
+            call.args[i].value if isinstance(call.args[i], ast.Constant) else None
+            for i in at
+            if i < len(call.args)
+        )
+        out.append((call.func.id, values))
+    return out
+
+
+def released_term_problem(gb, assignment: str, term: Term) -> str | None:
+    """Why ``assignment``'s cells in the gradebook ``gb`` (as ``course release``
+    wrote them) cannot be graded under ``term``, or ``None``: each grader call must
+    pass the values this term gives it. The grading kernel is planned for the term
+    of the configuration; a release of another term would find no plan."""
+    module = _checks_module(assignment)
+    if module is None:
+        return None
+    for notebook in gb.find_assignment(assignment).notebooks:
+        for cell in notebook.source_cells:
+            for name, values in _cell_values(cell.source or "", module):
+                want = grader_values(getattr(module, name), term.variant(assignment),
+                                     term.seed)
+                if values != want:
+                    return (
+                        f"{assignment} was released for another term: its cell "
+                        f"{cell.name} calls {name} with the term values {values}, "
+                        f"where this term (CourseTerm in nbgrader_config.py) gives "
+                        f"{want}. Restore that term's CourseTerm to grade this "
+                        f"release, or release it again for this term (course "
+                        f"release {assignment})"
+                    )
+    return None
