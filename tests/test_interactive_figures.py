@@ -138,6 +138,32 @@ def test_alibi_data_follows_the_closed_form() -> None:
                 assert j != i or v == 0.0
 
 
+def test_class_edition_figures_of_chapters_4_to_6_hold_no_graded_answer() -> None:
+    """The interactive figures that the class edition of chapters 4-6 keeps embed no
+    graded function's output on a public or hidden input (the search of
+    ``tests/test_giveaways.py``, on the figures' data alone): the rope figure's head of
+    14 dimensions is no graded head size, the t5 figure's span of 160 holds no graded
+    range. The alibi figure, which holds ex05's public answers (every head count from 4
+    on contains the slopes of 4 or 8 heads), is open-edition only, and the same search
+    finds them there."""
+    import giveaway_scan as scan
+
+    calls = scan.graded_calls()
+    kept = {
+        kind
+        for page in ("04-rope", "05-alibi", "06-relative")
+        for _, kind in scan.interactive_figures((ROOT / "book" / f"{page}.md").read_text())
+    }
+    assert kept == {"rope", "t5"}
+    for kind in sorted(kept):
+        segments = scan.json_segments(kind, interactive.figure_data(kind))
+        found = scan.find_answers(segments, calls)
+        assert not found, [f.describe() for f in found]
+    segments = scan.json_segments("alibi", interactive.figure_data("alibi"))
+    found = scan.find_answers(segments, calls)
+    assert any(f.answer.startswith("alibi_slopes") for f in found), found
+
+
 def test_script_only_draws() -> None:
     """The JavaScript holds no copy of an algorithm: no slope, bucket or ramp maths."""
     text = SCRIPT.read_text()
