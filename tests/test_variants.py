@@ -552,3 +552,29 @@ def test_autograde_refuses_a_release_of_another_term(tmp_path) -> None:
     config.write_text(config.read_text().replace(str(SEED), str(SEED + 1)))
     with pytest.raises(CourseError, match="released for another term"):
         autograde(Course(course.root), "ex05_alibi", AutogradeOptions(progress=False))
+
+
+@pytest.mark.parametrize("n,seq_len", [(4, 5), (8, 6), (6, 4)])
+def test_ex05_causal_names_each_of_its_mistakes(n: int, seq_len: int) -> None:
+    """Every wrong answer the causal variant knows is named by its own slug when a
+    student's alibi_bias returns it (the public case (n, seq_len))."""
+    m = _module("ex05_alibi")
+    expected = m._reference_causal_bias(n, seq_len).double()
+    slugs = []
+    for mistake in m._causal_bias_mistakes(n, seq_len):
+        answer = mistake.answer.float()
+        if torch.allclose(answer.double(), expected):
+            # power-of-two slopes ARE the rule's for 4 and 8 heads: not a mistake there
+            assert mistake.slug == "power-of-two-slopes" and n & (n - 1) == 0
+            continue
+
+        def student(heads, length, __answer=answer):
+            if (heads, length) == (n, seq_len):
+                return __answer.clone()
+            return m._reference_causal_bias(heads, length) + 1.0  # wrong elsewhere
+
+        with pytest.raises(CheckFailed) as failed:
+            m._check_bias(student, n, seq_len, properties=True, variant="causal")
+        assert failed.value.mistake == mistake.slug, str(failed.value)
+        slugs.append(mistake.slug)
+    assert slugs[0] == "default-variant" and len(set(slugs)) == len(slugs)
