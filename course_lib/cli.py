@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub, quiet_opts, course_opts)
     _add_similarity(sub, course_opts)
     _add_publish(sub)
+    _add_term(sub, course_opts)
     _add_doctor(sub)
     _add_lab(sub)
     return parser
@@ -503,6 +504,17 @@ def _add_publish(sub) -> None:
     )
 
 
+def _add_term(sub, course_opts) -> None:
+    """The ``course term`` command."""
+    sub.add_parser(
+        "term",
+        parents=[course_opts],
+        help="show this term's exercise variants and hidden-case seed "
+        "(c.CourseTerm in nbgrader_config.py) and every variant an exercise "
+        "declares; an unknown exercise or variant is an error",
+    )
+
+
 def _add_doctor(sub) -> None:
     """The ``course doctor`` command."""
     sub.add_parser(
@@ -767,6 +779,14 @@ def _cmd_publish(args) -> int:
     return 0
 
 
+def _cmd_term(args) -> int:
+    from .grading.course import default_course
+    from .grading.editions.term import describe, read_term
+
+    print("\n".join(describe(read_term(default_course(args.root, args.db)))))
+    return 0
+
+
 def _cmd_doctor(args) -> int:
     from .grading.kernels.doctor import diagnose, format_report, gather, ready
 
@@ -824,6 +844,7 @@ _COMMANDS = {
     "similarity": _cmd_similarity,
     "lab": _cmd_lab,
     "publish": _cmd_publish,
+    "term": _cmd_term,
     "doctor": _cmd_doctor,
 }
 

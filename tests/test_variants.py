@@ -578,3 +578,21 @@ def test_ex05_causal_names_each_of_its_mistakes(n: int, seq_len: int) -> None:
         assert failed.value.mistake == mistake.slug, str(failed.value)
         slugs.append(mistake.slug)
     assert slugs[0] == "default-variant" and len(set(slugs)) == len(slugs)
+
+
+def test_course_term_shows_the_term_and_refuses_unknown_names(tmp_path, capsys) -> None:
+    from course_lib.cli import main
+
+    course = _scratch(tmp_path, "ex05_alibi", "causal")
+    assert main(["term", "--root", str(course.root)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"seed: {SEED} (the hidden graders draw this term's cases from it)"
+    at = shown.index("  ex05_alibi")
+    assert shown[at + 1].startswith("     default:")
+    assert shown[at + 2].startswith("   * causal: alibi_bias returns the paper's causal")
+    config = course.root / "nbgrader_config.py"
+    config.write_text(config.read_text().replace("'causal'", "'cached'"))
+    assert main(["term", "--root", str(course.root)]) == 2
+    err = capsys.readouterr().err
+    assert "asks ex05_alibi for the variant 'cached'" in err
+    assert "its variants: default, causal" in err

@@ -49,6 +49,7 @@ from ..errors import CourseError
 __all__ = [
     "VARIANT_KEY",
     "Term",
+    "describe",
     "exercise_variants",
     "grader_values",
     "read_term",
@@ -150,6 +151,29 @@ class Term:
     def from_json(cls, text: str) -> Term:
         data = json.loads(text) if text else {}
         return cls.checked(data.get("variants"), data.get("seed"))
+
+
+def describe(term: Term) -> list[str]:
+    """What ``course term`` prints: the seed, then each exercise that declares
+    variants, its variants (the chosen one starred) and what each asks."""
+    lines = [
+        f"seed: {term.seed} (the hidden graders draw this term's cases from it)"
+        if term.seed is not None
+        else "seed: none (the hidden graders' fixed cases, the open edition's)"
+    ]
+    declared = exercise_variants()
+    if not declared:
+        return [*lines, "no exercise declares a variant"]
+    lines.append("variants (c.CourseTerm.variants; * = this term's):")
+    for assignment, variants in sorted(declared.items()):
+        chosen = term.variant(assignment)
+        mark = "*" if chosen == DEFAULT else " "
+        lines.append(f"  {assignment}")
+        lines.append(f"   {mark} {DEFAULT}: the open edition's exercise")
+        for name, variant in sorted(variants.items()):
+            mark = "*" if chosen == name else " "
+            lines.append(f"   {mark} {name}: {variant.summary}")
+    return lines
 
 
 def read_term(course) -> Term:
