@@ -7,6 +7,18 @@ the queries placed first with a key/value cache, the tables read at i - j, the p
 term left unscaled, the value term dropped, the softmax over the queries, the clip one
 short; for T5, query - key, the bidirectional halving forgotten, no clamp to the last
 bucket, future keys not sent to bucket 0 in causal mode.
+
+Variants (:data:`VARIANTS`, chosen for a term by ``c.CourseTerm.variants`` in
+``nbgrader_config.py``): ``"causal"`` asks ``t5_relative_position_bucket`` for a
+decoder's buckets by default, ``bidirectional=False`` (T5's decoder stack calls Mesh
+TensorFlow's and Hugging Face's ``_relative_position_bucket`` so; Raffel et al. 2020,
+section 2.1; chapter 6, "Which offsets share a bucket", step 1): all ``num_buckets``
+buckets for the keys at or before the query, every key after it in bucket 0. Its
+graders call the causal buckets the way a decoder's default does, without
+``bidirectional``; the open edition's answer (bidirectional by default) fails them and
+is named ``default-variant``, and the causal buckets halved as if there were a second
+direction are named too (``halved-causal``). A term's ``seed``
+(``c.CourseTerm.seed``) draws both hidden graders' sizes and settings anew.
 """
 
 from __future__ import annotations
@@ -24,11 +36,14 @@ from course_lib.relative import t5_relative_position_bucket as _ref_bucket
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     expect_equal,
     hinted,
     passed,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -48,6 +63,21 @@ _sqrt = math.sqrt
 
 _ATOL = 1e-5
 _RTOL = 1e-4
+
+EXERCISE = "ex06_relative"
+VARIANTS: dict[str, Variant] = {
+    "causal": Variant(
+        summary=(
+            "t5_relative_position_bucket gives a decoder's causal buckets by default "
+            "(bidirectional=False: all num_buckets for the past, future keys in "
+            "bucket 0; chapter 6, 'Which offsets share a bucket', step 1; Raffel et "
+            "al. 2020, section 2.1, T5's decoder)"
+        ),
+        references={
+            "t5_relative_position_bucket": "_reference_causal_t5_bucket",
+        },
+    ),
+}
 
 
 def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
@@ -225,24 +255,62 @@ def check_shaw_relative_attention(fn) -> None:
     passed("shaw_relative_attention", public=True)
 
 
-def grade_shaw_relative_attention(fn) -> None:
+def _hidden_shaw_cases(seed: int | None) -> list[tuple]:
+    """The hidden cases past the public ones, as ``_shaw_case`` arguments: fixed
+    without a term seed; else drawn by the seed with what the fixed ones were chosen
+    for: one decoding step (1 query, more keys than the 2K + 1 table rows), K = 1,
+    float64 with a key/value cache, a long sequence (32 to 48 positions, K 6 to 10),
+    a batch of 3 or 4 with one head and head_dim 1 to 3, and four random sizes."""
+    if seed is None:
+        cases = [
+            (64, 2, 2, 1, 12, 8, 4),  # one decoding step
+            (65, 1, 4, 6, 6, 4, 1),
+            (66, 2, 2, 5, 8, 8, 3, torch.float64),
+            (67, 1, 2, 40, 40, 16, 8),
+            (68, 3, 1, 4, 4, 2, 2),
+        ]
+        gen = torch.Generator().manual_seed(606)
+        for i in range(4):
+            q_len = int(torch.randint(1, 11, (1,), generator=gen))
+            k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
+            dim = int(torch.randint(1, 9, (1,), generator=gen))
+            K = int(torch.randint(1, 9, (1,), generator=gen))
+            cases.append((700 + i, 2, 2, q_len, k_len, dim, K))
+        return cases
+    rng = term_rng(seed, "grade_shaw_relative_attention")
+
+    def tensors() -> int:  # the seed of one case's random tensors
+        return rng.randrange(2**31)
+
+    K = rng.randint(2, 4)
+    cases = [(tensors(), rng.randint(1, 2), rng.randint(1, 3), 1,
+              rng.randint(2 * K + 2, 16), rng.choice((4, 8)), K)]  # a decoding step
+    n = rng.randint(4, 8)
+    cases.append((tensors(), 1, rng.randint(2, 4), n, n, rng.randint(2, 6), 1))
+    q_len = rng.randint(3, 6)
+    cases.append((tensors(), 2, 2, q_len, q_len + rng.randint(1, 4),
+                  rng.choice((4, 8)), rng.randint(2, 4), torch.float64))
+    n = rng.randint(32, 48)
+    cases.append((tensors(), 1, 2, n, n, rng.choice((8, 16)), rng.randint(6, 10)))
+    n = rng.randint(3, 6)
+    cases.append((tensors(), rng.randint(3, 4), 1, n, n, rng.randint(1, 3),
+                  rng.randint(1, 3)))
+    for _ in range(4):
+        q_len = rng.randint(1, 10)
+        cases.append((tensors(), 2, 2, q_len, q_len + rng.randint(0, 9),
+                      rng.randint(1, 8), rng.randint(1, 8)))
+    return cases
+
+
+def grade_shaw_relative_attention(
+    fn, variant: str | None = None, seed: int | None = None
+) -> None:
     """Hidden grader: the public cases, one decoding step, K = 1, float64, a long
-    sequence and seeded random sizes."""
+    sequence and random sizes (drawn by the term's ``seed`` when there is one). No
+    variant changes Shaw et al.'s attention."""
+    variant_named(VARIANTS, variant, EXERCISE)
     cases = [_shaw_case(*case) for case in _SHAW_PUBLIC]
-    cases += [
-        _shaw_case(64, 2, 2, 1, 12, 8, 4),  # one decoding step
-        _shaw_case(65, 1, 4, 6, 6, 4, 1),
-        _shaw_case(66, 2, 2, 5, 8, 8, 3, torch.float64),
-        _shaw_case(67, 1, 2, 40, 40, 16, 8),
-        _shaw_case(68, 3, 1, 4, 4, 2, 2),
-    ]
-    gen = torch.Generator().manual_seed(606)
-    for i in range(4):
-        q_len = int(torch.randint(1, 11, (1,), generator=gen))
-        k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
-        dim = int(torch.randint(1, 9, (1,), generator=gen))
-        K = int(torch.randint(1, 9, (1,), generator=gen))
-        cases.append(_shaw_case(700 + i, 2, 2, q_len, k_len, dim, K))
+    cases += [_shaw_case(*case) for case in _hidden_shaw_cases(seed)]
     for case in cases:
         _check_shaw_case(fn, *case)
     passed("shaw_relative_attention", public=False, detail=f"{len(cases)} cases")
@@ -260,6 +328,7 @@ def _t5_variant(
     halve: bool = True,
     clamp: bool = True,
     causal_abs: bool = False,
+    causal_halved: bool = False,
     shift: float = 0.0,
     rounding: str = "floor",
 ) -> torch.Tensor:
@@ -275,6 +344,8 @@ def _t5_variant(
     else:
         offset = torch.zeros_like(rel)
         n = rel.abs() if causal_abs else (-rel).clamp(min=0)
+        if causal_halved:
+            buckets //= 2
     max_exact = buckets // 2
     n_large = n.clamp(min=max_exact).double()
     scaled = (
@@ -306,17 +377,73 @@ def _t5_expected(relative_position, bidirectional, num_buckets, max_distance):
     return expected, other
 
 
-def _t5_mistakes(relative_position, bidirectional, num_buckets, max_distance, expected):
+def _reference_causal_t5_bucket(
+    relative_position: torch.Tensor,
+    bidirectional: bool = False,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    """The causal variant's answer: T5's buckets with a decoder's default,
+    ``bidirectional=False`` (all buckets for the past, future keys in bucket 0)."""
+    return _ref_bucket(
+        relative_position,
+        bidirectional=bidirectional,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+    )
+
+
+# The sign and the future keys, as the causal variant's messages put them (its calls
+# leave bidirectional out; keyed by slug).
+_DECODER_TEXTS = {
+    "query-minus-key": (
+        "these are the causal buckets of query - key: the keys after the query got "
+        "the buckets of their distance and the keys at or before it bucket 0. "
+        "relative_position is key - query (memory_position - context_position in "
+        "T5's code), negative for the keys a decoder attends to.",
+        "the keys at or before the query are read at the distance "
+        "-relative_position",
+    ),
+    "causal-abs": (
+        "keys after the query (relative_position > 0) got the buckets of their "
+        "distance, like the keys before it; in the causal buckets every key after "
+        "the query is in bucket 0 (step 1 of the task, Direction).",
+        "a key after the query counts as distance 0: n = max(-relative_position, 0)",
+    ),
+}
+
+
+def _t5_mistakes(relative_position, bidirectional, num_buckets, max_distance, expected,
+                 decoder_default: bool = False):
+    """The known wrong buckets for this call that differ from ``expected``.
+    ``decoder_default``: the causal variant's call, which leaves ``bidirectional`` to
+    its default (False in that term): the open edition's answer (bidirectional by
+    default) comes first, as ``default-variant``."""
     args = (relative_position, bidirectional, num_buckets, max_distance)
-    candidates = [
-        Mistake(
+    candidates = []
+    if decoder_default:
+        candidates.append(Mistake(
+            _t5_variant(relative_position, True, num_buckets, max_distance),
+            "these are the bidirectional (encoder) buckets, what "
+            "t5_relative_position_bucket gives without a bidirectional argument in "
+            "the open edition's exercise 6 (bidirectional=True by default); this "
+            "term's exercise asks for a decoder's causal buckets by default "
+            "(bidirectional=False): all num_buckets buckets for the keys at or "
+            "before the query, every key after it in bucket 0",
+            "default-variant",
+        ))
+    text, hint = _DECODER_TEXTS["query-minus-key"] if decoder_default else (
+        "these are the buckets of query - key. relative_position is key - query "
+        "(memory_position - context_position in T5): in causal mode keys before "
+        "the query (negative relative_position) use the buckets, keys after it go "
+        "to bucket 0.",
+        "",
+    )
+    candidates += [
+        hinted(Mistake(
             _t5_variant(-relative_position, bidirectional, num_buckets, max_distance),
-            "these are the buckets of query - key. relative_position is key - query "
-            "(memory_position - context_position in T5): in causal mode keys before "
-            "the query (negative relative_position) use the buckets, keys after it go "
-            "to bucket 0.",
-            "query-minus-key",
-        ),
+            text,
+            "query-minus-key"), hint),
         hinted(Mistake(
             _t5_variant(*args, clamp=False),
             "bucket ids reach num_buckets or more: distances at or beyond "
@@ -359,27 +486,37 @@ def _t5_mistakes(relative_position, bidirectional, num_buckets, max_distance, ex
             )
         )
     else:
-        candidates.append(
-            Mistake(
-                _t5_variant(*args, causal_abs=True),
-                "in causal mode (bidirectional=False) every key after the query "
-                "(relative_position > 0) belongs to bucket 0: use "
-                "n = max(-relative_position, 0), not |relative_position|.",
-                "causal-abs",
-            )
+        text, hint = _DECODER_TEXTS["causal-abs"] if decoder_default else (
+            "in causal mode (bidirectional=False) every key after the query "
+            "(relative_position > 0) belongs to bucket 0: use "
+            "n = max(-relative_position, 0), not |relative_position|.",
+            "",
         )
+        candidates.append(hinted(Mistake(
+            _t5_variant(*args, causal_abs=True),
+            text,
+            "causal-abs"), hint))
+    if decoder_default:
+        candidates.append(hinted(Mistake(
+            _t5_variant(*args, causal_halved=True),
+            "the causal buckets stop at num_buckets // 2 - 1: the keys at or before "
+            "the query were given half of the buckets, as one direction of the "
+            "bidirectional buckets is (step 1 of the task, Direction).",
+            "halved-causal"),
+            "without a second direction all num_buckets buckets serve the keys at "
+            "or before the query: E = num_buckets // 2 exact buckets, the "
+            "logarithmic ones up to num_buckets - 1"))
     return _known(expected, candidates)
 
 
-def _call_bucket(fn, relative_position, bidirectional, num_buckets, max_distance, call):
-    return call_student(
-        fn,
-        relative_position.clone(),
-        bidirectional=bidirectional,
-        num_buckets=num_buckets,
-        max_distance=max_distance,
-        call=call,
-    )
+def _call_bucket(fn, relative_position, bidirectional, num_buckets, max_distance, call,
+                 omit: tuple[str, ...] = ()):
+    """The student's buckets; the arguments named in ``omit`` are left to the
+    function's defaults (a decoder's call in the causal variant)."""
+    given = {"bidirectional": bidirectional, "num_buckets": num_buckets,
+             "max_distance": max_distance}
+    kwargs = {k: v for k, v in given.items() if k not in omit}
+    return call_student(fn, relative_position.clone(), call=call, **kwargs)
 
 
 def _describe_input(relative_position: torch.Tensor) -> str:
@@ -391,16 +528,38 @@ def _describe_input(relative_position: torch.Tensor) -> str:
     return f"<tensor of shape {tuple(relative_position.shape)}>"
 
 
-def _check_bucket_case(fn, relative_position, bidirectional, num_buckets, max_distance):
+def _decoder_call(variant: str, bidirectional: bool) -> bool:
+    """Whether the causal variant's graders call this setting as a decoder does:
+    causal buckets, ``bidirectional`` left to its default."""
+    return variant == "causal" and not bidirectional
+
+
+def _check_bucket_case(fn, relative_position, bidirectional, num_buckets, max_distance,
+                       variant: str = "default", defaults: bool = False):
+    """One call judged against the reference; ``defaults``: the call gives
+    ``relative_position`` alone (the causal variant's call of the defaults)."""
     args = (relative_position, bidirectional, num_buckets, max_distance)
+    decoder = _decoder_call(variant, bidirectional)
     expected, other = _t5_expected(*args)
-    mistakes = _t5_mistakes(*args, expected)
-    call = (
-        f"t5_relative_position_bucket({_describe_input(relative_position)}, "
-        f"bidirectional={bidirectional}, num_buckets={num_buckets}, "
-        f"max_distance={max_distance})"
-    )
-    got = _call_bucket(fn, *args, call)
+    if decoder:
+        mistakes = _t5_mistakes(*args, expected, decoder_default=True)
+        # the open edition's answer, either rounding at its own bucket edges
+        open_answer, open_other = _t5_expected(relative_position, True, num_buckets,
+                                               max_distance)
+    else:
+        mistakes = _t5_mistakes(*args, expected)
+    omit = ("bidirectional",) if decoder else ()
+    if defaults:
+        omit = ("bidirectional", "num_buckets", "max_distance")
+        call = (f"t5_relative_position_bucket({_describe_input(relative_position)}) "
+                "(the default arguments)")
+    else:
+        flag = "" if decoder else f"bidirectional={bidirectional}, "
+        call = (
+            f"t5_relative_position_bucket({_describe_input(relative_position)}, "
+            f"{flag}num_buckets={num_buckets}, max_distance={max_distance})"
+        )
+    got = _call_bucket(fn, *args, call, omit)
     if isinstance(got, torch.Tensor) and got.shape == expected.shape:
         # At a bucket edge either rounding of the logarithm is accepted, for the
         # answer and for the known mistakes alike (float32 and float64 code round
@@ -414,13 +573,25 @@ def _check_bucket_case(fn, relative_position, bidirectional, num_buckets, max_di
                                           near, m.answer))
                 for m in mistakes
             ]
+            if decoder:
+                as_open = _where(got == open_other, open_other, open_answer)
+                mistakes = [
+                    _replace(m, answer=as_open)
+                    if m.slug == "default-variant" else m
+                    for m in mistakes
+                ]
     expect_equal(got, expected, what=call, mistakes=mistakes)
 
 
-def _check_bucket_defaults(fn) -> None:
-    """``fn(relative_position)`` alone must use T5's defaults: bidirectional, 32
-    buckets, max_distance 128 (the signature of the task)."""
+def _check_bucket_defaults(fn, variant: str = "default") -> None:
+    """``fn(relative_position)`` alone must use the defaults of the task's signature:
+    T5's, bidirectional, 32 buckets, max_distance 128; in the causal variant a
+    decoder's, ``bidirectional=False``."""
     relative_position = _arange(-300, 301)
+    if variant == "causal":
+        _check_bucket_case(fn, relative_position, False, 32, 128, variant,
+                           defaults=True)
+        return
     expected, other = _t5_expected(relative_position, True, 32, 128)
     call = "t5_relative_position_bucket(arange(-300, 301)) (the default arguments)"
     got = call_student(fn, relative_position.clone(), call=call)
@@ -449,27 +620,38 @@ _BUCKET_PUBLIC = [
 ]
 
 
-def check_t5_relative_position_bucket(fn) -> None:
+def check_t5_relative_position_bucket(fn, variant: str | None = None) -> None:
     """Public check of ``t5_relative_position_bucket``: three settings and a call
-    with the default arguments (T5's, as the signature of the task says)."""
+    with the default arguments (T5's, as the signature of the task says;
+    ``variant="causal"``: the causal settings called without ``bidirectional``, whose
+    default is a decoder's, False)."""
+    variant = variant_named(VARIANTS, variant, EXERCISE)
     for case in _BUCKET_PUBLIC:
-        _check_bucket_case(fn, *case)
-    _check_bucket_defaults(fn)
-    passed("t5_relative_position_bucket", public=True)
+        _check_bucket_case(fn, *case, variant)
+    _check_bucket_defaults(fn, variant)
+    passed("t5_relative_position_bucket", public=True,
+           detail="causal by default" if variant == "causal" else "")
 
 
-def _check_monotone(fn, bidirectional: bool, num_buckets: int, max_distance: int):
+def _bucket_call(bidirectional: bool, num_buckets: int, max_distance: int,
+                 decoder: bool, what: str) -> str:
+    flag = "" if decoder else f"bidirectional={bidirectional}, "
+    return (f"t5_relative_position_bucket({what}, {flag}num_buckets={num_buckets}, "
+            f"max_distance={max_distance})")
+
+
+def _check_monotone(fn, bidirectional: bool, num_buckets: int, max_distance: int,
+                    variant: str = "default"):
     distance = _arange(0, 4 * max_distance)  # (n,)
-    call = (
-        f"t5_relative_position_bucket(±arange(0, {4 * max_distance}), "
-        f"bidirectional={bidirectional}, num_buckets={num_buckets}, "
-        f"max_distance={max_distance})"
-    )
+    decoder = _decoder_call(variant, bidirectional)
+    call = _bucket_call(bidirectional, num_buckets, max_distance, decoder,
+                        f"±arange(0, {4 * max_distance})")
+    omit = ("bidirectional",) if decoder else ()
     for sign, side in ((-1, "before"), (1, "after")):
         if sign == 1 and not bidirectional:
             continue
         got = _call_bucket(
-            fn, sign * distance, bidirectional, num_buckets, max_distance, call
+            fn, sign * distance, bidirectional, num_buckets, max_distance, call, omit
         )
         if not isinstance(got, torch.Tensor) or got.shape != distance.shape:
             raise CheckFailed(
@@ -494,13 +676,14 @@ def _check_monotone(fn, bidirectional: bool, num_buckets: int, max_distance: int
             )
 
 
-def _check_causal_future(fn, num_buckets: int, max_distance: int) -> None:
+def _check_causal_future(fn, num_buckets: int, max_distance: int,
+                         variant: str = "default") -> None:
     future = _arange(1, 3 * max_distance)
-    call = (
-        f"t5_relative_position_bucket(arange(1, {3 * max_distance}), "
-        f"bidirectional=False, num_buckets={num_buckets}, max_distance={max_distance})"
-    )
-    got = _call_bucket(fn, future, False, num_buckets, max_distance, call)
+    decoder = _decoder_call(variant, False)
+    call = _bucket_call(False, num_buckets, max_distance, decoder,
+                        f"arange(1, {3 * max_distance})")
+    omit = ("bidirectional",) if decoder else ()
+    got = _call_bucket(fn, future, False, num_buckets, max_distance, call, omit)
     if isinstance(got, torch.Tensor) and got.shape == future.shape:
         nonzero = (got != 0).nonzero()
         if nonzero.numel():
@@ -512,43 +695,104 @@ def _check_causal_future(fn, num_buckets: int, max_distance: int) -> None:
     expect_equal(got, torch.zeros_like(future), what=call)
 
 
-def grade_t5_relative_position_bucket(fn) -> None:
+# the max_distance values of chapter 6's figures and code (16 to 256), which a drawn
+# hidden setting avoids
+_FIGURE_DISTANCES = (16, 32, 64, 128, 256)
+
+
+def _hidden_bucket_settings(seed: int | None):
+    """``(causal future setting, monotone settings, value cases)`` of the hidden
+    grader: fixed without a term seed; else drawn by the seed with what the fixed ones
+    were chosen for: settings outside chapter 6's figures (no max_distance of
+    theirs), bidirectional and causal, the smallest setting (4 buckets), a bucket
+    count that is not a multiple of 4, a decoding step's row and a square grid of
+    queries, the distances around max_distance and far beyond it, and random
+    tensors of 1 to 3 dimensions."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(607)
+        return (24, 96), [(True, 32, 128), (False, 32, 128), (True, 8, 20),
+                          (False, 12, 40)], [
+            (_arange(-300, 301), True, 48, 200),
+            (_arange(-50, 51), True, 4, 10),
+            (_arange(-50, 51), False, 4, 10),
+            (_arange(-100, 101), False, 10, 60),
+            (_grid(1, 40), False, 24, 96),
+            (_grid(12, 12), True, 20, 40),
+            (
+                torch.tensor([-100000, -5000, -151, -150, -149, 149, 150, 151, 100000]),
+                True,
+                40,
+                150,
+            ),
+            (torch.randint(-1000, 1000, (3, 4, 5), generator=gen), True, 36, 300),
+            (torch.randint(-1000, 1000, (7, 9), generator=gen), False, 28, 100),
+            (torch.randint(-60, 60, (50,), generator=gen), True, 16, 50),
+        ]
+    rng = term_rng(seed, "grade_t5_relative_position_bucket")
+
+    def even(low: int, high: int) -> int:
+        return 2 * rng.randint(low // 2, high // 2)
+
+    def distance(low: int, high: int) -> int:
+        d = rng.randint(low, high)
+        return d + 1 if d in _FIGURE_DISTANCES else d
+
+    def randint(high: int, shape: tuple) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(rng.randrange(2**31))
+        return torch.randint(-high, high, shape, generator=gen)
+
+    n = even(12, 40)
+    future = (n, distance(2 * n, 5 * n))
+    monotone = [(True, 32, 128), (False, 32, 128)]
+    for bidirectional in (True, False):
+        n = even(6, 24)
+        monotone.append((bidirectional, n, distance(n, 4 * n)))
+    n, d, length = even(34, 60), distance(150, 250), rng.randint(2, 4) * 100
+    far = distance(100, 200)
+    cases = [
+        (_arange(-length, length + 1), True, n, d),
+        (_arange(-50, 51), True, 4, distance(6, 14)),
+        (_arange(-50, 51), False, 4, distance(6, 14)),
+        (_arange(-100, 101), False, rng.choice((6, 10, 14, 18, 22)), distance(40, 80)),
+    ]
+    length = rng.randint(30, 50)
+    cases.append((_grid(1, length), False, even(20, 28),
+                  distance(2 * length, 3 * length)))
+    length = rng.randint(10, 14)
+    cases.append((_grid(length, length), True, even(16, 24), distance(30, 50)))
+    cases.append((
+        torch.tensor([-100000, -5000, -far - 1, -far, -far + 1, far - 1, far, far + 1,
+                      100000]),
+        True, even(30, 48), far,
+    ))
+    cases.append((randint(1000, (3, 4, 5)), True, even(30, 40), distance(200, 400)))
+    cases.append((randint(1000, (7, 9)), False, even(24, 32), distance(80, 150)))
+    cases.append((randint(60, (50,)), True, even(12, 20), distance(40, 60)))
+    return future, monotone, cases
+
+
+def grade_t5_relative_position_bucket(
+    fn, variant: str | None = None, seed: int | None = None
+) -> None:
     """Hidden grader: properties (range, monotone in distance, causal future keys in
-    bucket 0) and values for several settings, shapes and large distances."""
+    bucket 0) and values for several settings, shapes and large distances (drawn by
+    the term's ``seed`` when there is one; ``variant="causal"``: the causal settings
+    called without ``bidirectional``, a decoder's default)."""
+    variant = variant_named(VARIANTS, variant, EXERCISE)
     for case in _BUCKET_PUBLIC:
-        _check_bucket_case(fn, *case)
-    _check_bucket_defaults(fn)
+        _check_bucket_case(fn, *case, variant)
+    _check_bucket_defaults(fn, variant)
     # Values at settings outside chapter 6's figures (the interactive figure embeds
     # num_buckets 4, 8, 16, 32, 64 x max_distance 16, 32, 64, 128, 256 over +-200;
     # the chapter's own code runs 32/128, 8/16, 64/256): bidirectional and causal,
     # exact and log buckets, the last bucket and distances far beyond it.
-    _check_causal_future(fn, 24, 96)
-    for bidirectional, num_buckets, max_distance in [
-        (True, 32, 128),
-        (False, 32, 128),
-        (True, 8, 20),
-        (False, 12, 40),
-    ]:
-        _check_monotone(fn, bidirectional, num_buckets, max_distance)
-    gen = torch.Generator().manual_seed(607)
-    cases = [
-        (_arange(-300, 301), True, 48, 200),
-        (_arange(-50, 51), True, 4, 10),
-        (_arange(-50, 51), False, 4, 10),
-        (_arange(-100, 101), False, 10, 60),
-        (_grid(1, 40), False, 24, 96),
-        (_grid(12, 12), True, 20, 40),
-        (
-            torch.tensor([-100000, -5000, -151, -150, -149, 149, 150, 151, 100000]),
-            True,
-            40,
-            150,
-        ),
-        (torch.randint(-1000, 1000, (3, 4, 5), generator=gen), True, 36, 300),
-        (torch.randint(-1000, 1000, (7, 9), generator=gen), False, 28, 100),
-        (torch.randint(-60, 60, (50,), generator=gen), True, 16, 50),
-    ]
+    future, monotone, cases = _hidden_bucket_settings(seed)
+    _check_causal_future(fn, *future, variant)
+    for setting in monotone:
+        _check_monotone(fn, *setting, variant)
     for case in cases:
-        _check_bucket_case(fn, *case)
+        _check_bucket_case(fn, *case, variant)
     n_cases = len(cases) + len(_BUCKET_PUBLIC)
-    passed("t5_relative_position_bucket", public=False, detail=f"{n_cases} cases")
+    form = "causal by default, " if variant == "causal" else ""
+    passed("t5_relative_position_bucket", public=False,
+           detail=f"{form}{n_cases} cases")
