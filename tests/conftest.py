@@ -7,6 +7,7 @@ import fcntl
 import functools
 import gc
 import http.server
+import json
 import os
 import shutil
 import socket
@@ -29,14 +30,42 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+# The longest files, longest first, with about the seconds each took in fresh-clone
+# runs of `make test` (3 workers on 2 cores, 2026-11-27: the times its temporary
+# folders were written, and each file run alone): under pytest-xdist each
+# worker takes the next file when it is done with one, so these start at once and
+# the many short files fill in at the end. The book's browser tests
+# (book_visits.FILES, one work unit) and tests/test_class_notebooks_run.py wait for
+# the book build (started as the run begins: about three minutes on a fresh clone);
+# the browser tests come after the files that need nothing, so that no more than
+# one worker waits for the book.
+LONGEST_FIRST = (
+    "test_class_notebooks_run.py",  # 160-300 (the book build, then 25 notebooks)
+    "test_hub.py",  # 100-135
+    "test_cluster.py",  # about 120
+    "test_giveaways.py",  # about 100
+    "test_e2e_class.py",  # about 100
+    "test_late.py",  # about 90
+    "test_accessibility.py",  # the browser tests, after the book build
+    "test_feedback_pages.py",  # about 60
+    "test_release_feedback.py",  # about 30
+    "test_student_wheel.py",  # about 45
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """The files that hold slow tests first (each file's own order kept): under
-    pytest-xdist each worker takes the next file when it is done with one, so the
-    files that take a minute or two start early and the many short ones fill in at
-    the end, and the workers finish together instead of one finishing a long file
-    alone."""
+    """The files of :data:`LONGEST_FIRST` first, in that order, then the other files
+    that hold slow tests, then the rest (each file's own order kept): the files that
+    take a minute or more start early and the many short ones fill in at the end,
+    so the workers finish together instead of one finishing a long file alone."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
+
+    def rank(item) -> tuple[int, int]:
+        if item.path.name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(item.path.name)
+        return (1 if item.path in slow else 2), 0
+
+    items.sort(key=rank)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -44,7 +73,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` (``make test``), except that the files that read the
     book's pages in a browser (``book_visits.FILES``) go to one worker together:
     they share each page's visit there, instead of loading every page once per
-    file. The files are handed out in the order of the collection (slow files
+    file. The files are handed out in the order of the collection (the longest
     first, :func:`pytest_collection_modifyitems`), not by their number of tests."""
     if config.getvalue("dist") != "loadfile":
         return None
@@ -58,6 +87,48 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return "the book in a browser" if Path(scope).name in FILES else scope
 
     return Scheduling(config, log)
+
+
+# Writes the grading edition of course_lib into its cache (grading_edition()), or
+# finds it there.
+_WRITE_GRADING_EDITION = (
+    "from course_lib.grading.kernels.sandbox import grading_edition\n"
+    "grading_edition()\n"
+)
+_EDITION_WRITER = pytest.StashKey[subprocess.Popen]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist, the controller writes the grading edition of course_lib
+    into the grading user's cache (``course_lib.grading.kernels.sandbox
+    .grading_edition``: about 15 s of CPU, once per version of the library) in the
+    background while the workers start and collect. Otherwise the first autograde of
+    each worker finds no edition in the cache, and two or three workers write the
+    same one at the same time. A cached edition is found at once; whoever still
+    misses it writes their own, as without this."""
+    config = session.config
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption(
+        "numprocesses", None
+    ):
+        return
+    if "not slow" in (config.getoption("markexpr", "") or ""):
+        return
+    config.stash[_EDITION_WRITER] = subprocess.Popen(
+        [sys.executable, "-c", _WRITE_GRADING_EDITION],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    proc = session.config.stash.get(_EDITION_WRITER, None)
+    if proc is not None:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -87,6 +158,57 @@ def course_cli(
         timeout=timeout,
         **kw,
     )
+
+
+# One process for a sequence of ``course`` commands: ``course_lib.cli.main`` with each
+# command's arguments in turn, in the command's folder, its output captured; the
+# results go to the file argv[2] (forked grading workers share this process's
+# stdout). It stops at the first command that fails.
+_CLI_SEQUENCE = """
+import contextlib, io, json, os, sys
+from course_lib.cli import main
+done = []
+for cwd, argv in json.loads(sys.argv[1]):
+    os.chdir(cwd)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    done.append([argv, code, out.getvalue(), err.getvalue()])
+    if code != 0:
+        break
+with open(sys.argv[2], "w") as f:
+    json.dump(done, f)
+"""
+
+
+def course_cli_sequence(
+    steps: list[tuple[Path, tuple[str, ...]]], scratch: Path, timeout: float = 1800
+) -> list[subprocess.CompletedProcess]:
+    """``course ARGS`` for each ``(cwd, ARGS)`` of ``steps`` in order, as
+    :func:`course_cli` runs one, but all in one new process: ``course_lib.cli.main``
+    per command, so that the interpreter starts and imports the grading tool (torch,
+    nbgrader: about 2 s of CPU) once, not once per command. Stops after the first
+    command that fails; one result per command run (``scratch``: a folder for the
+    results file)."""
+    results = scratch / "course-cli-sequence.json"
+    plan = [[str(cwd), list(args)] for cwd, args in steps]
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLI_SEQUENCE, json.dumps(plan), str(results)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0 and results.is_file(), (
+        f"the course commands' process failed:\n{proc.stdout[-2000:]}"
+        f"\n{proc.stderr[-3000:]}"
+    )
+    return [
+        subprocess.CompletedProcess(["course", *argv], code, out, err)
+        for argv, code, out, err in json.loads(results.read_text())
+    ]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import course_cli
+from conftest import course_cli, course_cli_sequence
 
 from course_lib.grading.synthetic import (
     scratch_course,
@@ -38,6 +38,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     course = scratch_course(tmp / "course", ROOT)
     out = course_cli("release", "all", cwd=course.root)
     assert out.returncode == 0, out.stderr
+    steps = []
     found = {}
     for a in ASSIGNMENTS:
         src = course.source_dir / a / f"{a}.ipynb"
@@ -46,14 +47,18 @@ def pages(tmp_path_factory) -> dict[str, Path]:
         write_submission(
             inbox, STUDENT, a, student_notebook(rel, solution_answers(src))
         )
-        for step in (
-            ("collect", str(inbox), "--assignment", a),
-            ("autograde", a, "--jobs", "2", "--no-progress"),
-            ("feedback", a),
-        ):
-            got = course_cli(*step, cwd=course.root)
-            assert got.returncode == 0, (step, got.stdout[-2000:], got.stderr[-3000:])
+        steps += [
+            (course.root, ("collect", str(inbox), "--assignment", a)),
+            (course.root, ("autograde", a, "--jobs", "2", "--no-progress")),
+            (course.root, ("feedback", a)),
+        ]
         found[a] = course.feedback_dir / STUDENT / a / f"{a}.html"
+    # the commands one after another, as a user runs them, in one process (the
+    # grading tool imported once, not 33 times)
+    done = course_cli_sequence(steps, tmp)
+    for got in done:
+        assert got.returncode == 0, (got.args, got.stdout[-2000:], got.stderr[-3000:])
+    assert [tuple(got.args[1:]) for got in done] == [args for _, args in steps]
     return found
 
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import course_cli
+from conftest import course_cli, course_cli_sequence
 
 from course_lib.grading.synthetic import (
     scratch_course,
@@ -90,13 +90,20 @@ def term(tmp_path_factory):
     steps = {"collect": _nbgrader("collect", A, *x, cwd=course.root)}
     inbox = tmp / "inbox"
     write_submission(inbox, "dan", A, student_notebook(rel, solution_answers(src)))
-    steps["course collect"] = course_cli(
-        "collect", str(inbox), "--assignment", A, cwd=course.root
+    # the instructor's three course commands, one after another in one process
+    # (conftest.course_cli_sequence: the grading tool imported once)
+    names = ("course collect", "autograde", "feedback")
+    done = course_cli_sequence(
+        [
+            (course.root, ("collect", str(inbox), "--assignment", A)),
+            (course.root, ("autograde", "ex05", "--jobs", "2", "--no-progress")),
+            (course.root, ("feedback", "ex05")),
+        ],
+        tmp,
     )
-    steps["autograde"] = course_cli(
-        "autograde", "ex05", "--jobs", "2", "--no-progress", cwd=course.root
-    )
-    steps["feedback"] = course_cli("feedback", "ex05", cwd=course.root)
+    # after a command that fails the rest did not run: test_every_step_succeeds
+    # names the one that failed
+    steps.update(zip(names, done, strict=False))
     steps["release_feedback"] = _nbgrader("release_feedback", A, *x, cwd=course.root)
     fetched = {}
     for student, home in homes.items():
