@@ -164,6 +164,36 @@ def test_class_edition_figures_of_chapters_4_to_6_hold_no_graded_answer() -> Non
     assert any(f.answer.startswith("alibi_slopes") for f in found), found
 
 
+def test_seeded_t5_cases_avoid_the_figure_settings() -> None:
+    """A term's seed draws ex06's hidden T5 settings anew; none of them uses a
+    max_distance of the t5 figure (ex06's ``_FIGURE_DISTANCES``), so the figure holds
+    no seeded answer either. 200 seeds."""
+    from course_lib.checks import ex06_relative
+
+    for seed in range(200):
+        future, monotone, cases = ex06_relative._hidden_bucket_settings(seed)
+        drawn = [future[1]] + [m[2] for m in monotone[2:]] + [c[3] for c in cases]
+        assert not set(drawn) & set(interactive.T5_MAX_DISTANCES), (seed, drawn)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ex04's seeded hidden head sizes (_hidden_frequency_dims) draw two of "
+    "6, 10, ..., 62, so 14, the rope figure's head size, in 29 of seeds 0-199; the "
+    "grader should leave ROPE_HEAD_DIM out, as ex06 leaves out _FIGURE_DISTANCES "
+    "(course_lib/checks is not this test's owner's to change)",
+)
+def test_seeded_rope_head_sizes_avoid_the_figure_head() -> None:
+    """With a term's seed, rope_frequencies is graded on head sizes drawn anew; the
+    class edition's rope figure (angles at position 1 = the frequencies of a
+    ROPE_HEAD_DIM head) must not be one of them."""
+    from course_lib.checks import ex04_rope
+
+    hit = [s for s in range(200)
+           if interactive.ROPE_HEAD_DIM in ex04_rope._hidden_frequency_dims(s)]
+    assert not hit, f"seeds drawing head size {interactive.ROPE_HEAD_DIM}: {hit[:5]}"
+
+
 def test_script_only_draws() -> None:
     """The JavaScript holds no copy of an algorithm: no slope, bucket or ramp maths."""
     text = SCRIPT.read_text()
