@@ -599,3 +599,35 @@ def test_course_term_shows_the_term_and_refuses_unknown_names(tmp_path, capsys) 
     err = capsys.readouterr().err
     assert "asks ex05_alibi for the variant 'cached'" in err
     assert "its variants: default, causal" in err
+
+
+def test_the_repository_s_own_configuration_is_the_open_edition() -> None:
+    """notebooks/ and the book are the open edition's: the repository sets no term."""
+    from course_lib.grading.editions.term import term_at
+
+    assert term_at(ROOT).is_default
+
+
+def test_term_values_are_added_to_any_layout_of_a_grader_call() -> None:
+    import ast
+
+    from course_lib.grading.editions.term import _with_term_values
+
+    m = _module("ex05_alibi")
+    cases = {
+        "grade_alibi_bias(alibi_bias)": "grade_alibi_bias(alibi_bias, 'causal', 5)",
+        "# é\ngrade_alibi_bias(\n    alibi_bias,\n)\n":
+            "# é\ngrade_alibi_bias(\n    alibi_bias, 'causal', 5,\n)\n",
+        "grade_alibi_bias(alibi_bias)  # end": "grade_alibi_bias(alibi_bias, 'causal', 5)"
+                                              "  # end",
+        "print(alibi_bias)": "print(alibi_bias)",  # not a grader
+    }
+    for source, want in cases.items():
+        got = _with_term_values(source, m, "causal", 5)
+        assert got == want
+        ast.parse(got)
+    assert _with_term_values("check_alibi_bias(alibi_bias)", m, "default", 5) == (
+        "check_alibi_bias(alibi_bias)"  # a public check takes no seed
+    )
+    with pytest.raises(CourseError, match="keyword"):
+        _with_term_values("grade_alibi_bias(fn=alibi_bias)", m, "causal", 5)

@@ -240,8 +240,14 @@ def _with_term_values(source: str, module, variant: str, seed: int | None) -> st
             continue
         values = grader_values(grader, variant, seed)
         if values:
+            if call.keywords or not call.args:
+                raise CourseError(
+                    f"a test cell calls {call.func.id} with keyword arguments or "
+                    "none; the grading tool replays only grader(name, ...) calls"
+                )
             extra = "".join(f", {v!r}" for v in values)
-            edits.append((call.end_lineno - 1, call.end_col_offset - 1, extra))
+            last = call.args[-1]  # after it: a trailing comma or a line break stays
+            edits.append((last.end_lineno - 1, last.end_col_offset, extra))
     for line, col, extra in sorted(edits, reverse=True):
         text = lines[line]
         # ast's offsets count UTF-8 bytes
