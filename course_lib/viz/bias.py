@@ -82,7 +82,8 @@ def plot_alibi_bias(
         ax.set_ylabel("query $i$")
     last = axes[-1]
     # The exponents -log2 m_h on a linear axis (the log scale of the slopes, read as
-    # the numbers the paper writes, 2^-1 ... 2^-8), as plot_alibi_slopes places them.
+    # the numbers Press et al. write for 8 heads, 2^-1 ... 2^-8, section 3), as
+    # plot_alibi_slopes places them.
     last.plot(range(n_heads), (-slopes.double().log2()).numpy(), "o-", ms=3)
     last.invert_yaxis()  # steep heads (small exponent) at the top
     last.set_xlabel("head $h$")
