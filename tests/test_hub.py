@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import course_cli
+from conftest import course_cli, course_cli_sequence
 
 from course_lib.grading.synthetic import scratch_course, solution_answers
 
@@ -350,10 +350,15 @@ def _instructor(hub) -> dict[str, subprocess.CompletedProcess]:
     """The guide's steps 4 and 5 in the course folder (as the test's user)."""
     root, x = hub["course"].root, hub["x"]
     done = {
-        "collect": _run(sys.executable, "-m", "nbgrader", "collect", A, x, cwd=root),
-        "autograde": course_cli("autograde", "ex05", "--jobs", "2", cwd=root),
-        "feedback": course_cli("feedback", "ex05", cwd=root),
+        "collect": _run(sys.executable, "-m", "nbgrader", "collect", A, x, cwd=root)
     }
+    # course autograde, then course feedback, in one process (the grading tool
+    # imported once; it stops after a command that fails)
+    ran = course_cli_sequence(
+        [(root, ("autograde", "ex05", "--jobs", "2")), (root, ("feedback", "ex05"))],
+        root.parent,
+    )
+    done.update(zip(("autograde", "feedback"), ran, strict=False))
     done["release_feedback"] = subprocess.run(
         [sys.executable, "-m", "nbgrader", "release_feedback", A, x],
         cwd=root,
