@@ -21,6 +21,13 @@ graded function                 the bug in the notebook's ``buggy_...`` version
 Every expected value is computed here, independently of the notebook; each known
 wrong fix is re-implemented, so that handing in the buggy version (or a variant of
 it) is answered with the sentence that names the mistake.
+
+The exercise has no variants (:data:`VARIANTS` is empty: each task is one reported
+bug, and its fix is the same every term). The hidden graders take the term's
+``variant`` (only ``"default"``) and ``seed`` (issue 34 item 3): with a seed, the
+inputs each bug shows on (positions, dtypes' ranges, masks, lengths and windows) are
+drawn from it, with the properties the fixed cases were chosen for; without one they
+are the fixed cases.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ import torch
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     expect_equal,
     known_mistake,
     passed,
     require_plain,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -46,6 +56,10 @@ __all__ = [
     "grade_fixed_rope_cos_sin",
     "grade_fixed_sliding_window_mask",
 ]
+
+EXERCISE = "ex09_bug_zoo"
+# No variants: each task is one reported bug, fixed the same way every term.
+VARIANTS: dict[str, Variant] = {}
 
 _arange = torch.arange
 _allclose = torch.allclose
@@ -222,19 +236,59 @@ def check_fixed_rope_cos_sin(fn) -> None:
     passed("fixed_rope_cos_sin", public=True)
 
 
-def grade_fixed_rope_cos_sin(fn) -> None:
-    """Hidden grader: head_dim 2, one position, float64, positions up to 5000, both
-    half precisions, arbitrary (unsorted) positions."""
-    cases = [
+def _hidden_cos_sin_cases(seed: int | None) -> tuple:
+    """The hidden ``(positions, head_dim, dtype)`` cases: fixed without a term seed;
+    else drawn by the seed with the same properties. The public case (positions 0 to
+    5, head_dim 8, float32) stays first; then head_dim 2 at one position, float64,
+    float16 at five unsorted positions up to 5000 (one of them odd and above 2048,
+    where float16 holds only even integers), bfloat16 on a stride over 0 to 4096,
+    float16 across 2048, bfloat16 at three unsorted positions (one at 4500 to 5000,
+    one at 0 to 10, one at 257 to 600: past bfloat16's 256), and 40 near positions
+    in float32. Positions stay at most 5000, the bound the tolerance was derived
+    for."""
+    if seed is None:
+        return (
+            (_arange(6), 8, torch.float32),
+            (_arange(1), 2, torch.float32),
+            (_arange(5), 4, torch.float64),
+            (torch.tensor([1857, 3, 4095, 257, 5000]), 32, torch.float16),
+            (_arange(0, 4096, 129), 64, torch.bfloat16),
+            (_arange(2040, 2056), 16, torch.float16),
+            (torch.tensor([4999, 0, 300]), 128, torch.bfloat16),
+            (_arange(100, 140), 8, torch.float32),
+        )
+    rng = term_rng(seed, "grade_fixed_rope_cos_sin")
+    one = rng.randint(0, 5000)
+    start = rng.randint(0, 20)
+    far = [rng.randrange(2049, 5000, 2)] + rng.sample(range(5001), 4)
+    rng.shuffle(far)
+    step = rng.randint(97, 200)
+    below = rng.randint(4, 12)
+    three = [rng.randint(4500, 5000), rng.randint(0, 10), rng.randint(257, 600)]
+    rng.shuffle(three)
+    near = rng.randint(50, 500)
+    return (
         (_arange(6), 8, torch.float32),
-        (_arange(1), 2, torch.float32),
-        (_arange(5), 4, torch.float64),
-        (torch.tensor([1857, 3, 4095, 257, 5000]), 32, torch.float16),
-        (_arange(0, 4096, 129), 64, torch.bfloat16),
-        (_arange(2040, 2056), 16, torch.float16),
-        (torch.tensor([4999, 0, 300]), 128, torch.bfloat16),
-        (_arange(100, 140), 8, torch.float32),
-    ]
+        (_arange(one, one + 1), 2, torch.float32),
+        (_arange(start, start + rng.randint(3, 8)), rng.choice((4, 6, 10)),
+         torch.float64),
+        (torch.tensor(far), rng.choice((24, 32, 48)), torch.float16),
+        (_arange(rng.randint(0, step - 1), 4096, step), rng.choice((48, 64, 96)),
+         torch.bfloat16),
+        (_arange(2048 - below, 2048 + rng.randint(4, 12)), rng.choice((12, 16, 20)),
+         torch.float16),
+        (torch.tensor(three), rng.choice((96, 128)), torch.bfloat16),
+        (_arange(near, near + 40), rng.choice((6, 8, 12)), torch.float32),
+    )
+
+
+def grade_fixed_rope_cos_sin(fn, variant: str | None = None,
+                             seed: int | None = None) -> None:
+    """Hidden grader: head_dim 2, one position, float64, positions up to 5000, both
+    half precisions, arbitrary (unsorted) positions (drawn by the term's ``seed``
+    when there is one)."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    cases = _hidden_cos_sin_cases(seed)
     for positions, head_dim, dtype in cases:
         _check_cos_sin(fn, positions, head_dim, dtype)
     passed("fixed_rope_cos_sin", public=False, detail=f"{len(cases)} cases")
@@ -307,22 +361,64 @@ def check_fixed_decode_position_ids(fn) -> None:
     passed("fixed_decode_position_ids", public=True)
 
 
-def grade_fixed_decode_position_ids(fn) -> None:
-    """Hidden grader: several steps, several new tokens per call (speculative
-    decoding), boolean masks, one row, random left paddings."""
-    gen = torch.Generator().manual_seed(94)
-    pads = torch.randint(0, 7, (5,), generator=gen)
-    left = (_arange(12)[None, :] >= pads[:, None]).long()  # (5, 12) left-padded
-    cases = [
-        (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 1),
-        (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 3),
-        (torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]]), 2),
-        (torch.tensor([[1, 1, 1, 1, 1]]), 5),  # no padding: the prompt in one call
-        (torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool), 1),
+def _hidden_decode_cases(seed: int | None) -> list:
+    """The hidden ``(mask, n_new)`` cases: fixed without a term seed; else drawn by
+    the seed with the same properties: a padded row next to an unpadded one at one
+    and at several new tokens per call (speculative decoding), one left-padded row,
+    one row without padding whose prompt is given in one call (n_new = its length),
+    a boolean mask, and a batch of random left paddings (5 rows of 12 without a
+    seed; 3 to 6 rows of 8 to 16 with one, each row keeping at least half its
+    tokens) at one new token, several, and the whole row."""
+    if seed is None:
+        gen, rows, total = torch.Generator().manual_seed(94), 5, 12
+    else:
+        rng = term_rng(seed, "grade_fixed_decode_position_ids")
+        gen = torch.Generator().manual_seed(rng.randrange(2**31))
+        rows, total = rng.randint(3, 6), rng.randint(8, 16)
+    pads = torch.randint(0, total // 2 + 1, (rows,), generator=gen)  # 0 to 6 of 12
+    left = (_arange(total)[None, :] >= pads[:, None]).long()  # (rows, total)
+    if seed is None:
+        return [
+            (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 1),
+            (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 3),
+            (torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]]), 2),
+            (torch.tensor([[1, 1, 1, 1, 1]]), 5),  # no padding: the prompt in one call
+            (torch.tensor([[0, 1, 1], [1, 1, 1]], dtype=torch.bool), 1),
+            (left, 1),
+            (left, 4),
+            (left, 12),
+        ]
+    width = rng.randint(5, 9)
+    pad = rng.randint(1, width - 3)
+    two = torch.tensor([[0] * pad + [1] * (width - pad), [1] * width])
+    if rng.random() < 0.5:
+        two = two.flip(0)  # the unpadded row first
+    one_pad = rng.randint(1, 4)
+    one = torch.tensor([[0] * one_pad + [1] * rng.randint(3, 6)])
+    prompt = rng.randint(3, 9)
+    short = rng.randint(3, 6)
+    flag_pad = rng.randint(1, short - 2)
+    flags = torch.tensor([[False] * flag_pad + [True] * (short - flag_pad),
+                          [True] * short])  # a padded row and a full one
+    return [
+        (two, 1),
+        (two, rng.randint(2, width - pad)),
+        (one, rng.randint(2, one.shape[1] - one_pad)),
+        (torch.ones(1, prompt, dtype=torch.long), prompt),  # the prompt in one call
+        (flags, 1),
         (left, 1),
-        (left, 4),
-        (left, 12),
+        (left, rng.randint(2, total - total // 2)),
+        (left, total),
     ]
+
+
+def grade_fixed_decode_position_ids(fn, variant: str | None = None,
+                                    seed: int | None = None) -> None:
+    """Hidden grader: several steps, several new tokens per call (speculative
+    decoding), boolean masks, one row, random left paddings (drawn by the term's
+    ``seed`` when there is one)."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    cases = _hidden_decode_cases(seed)
     for mask, n_new in cases:
         _check_decode_ids(fn, mask, n_new)
     passed("fixed_decode_position_ids", public=False, detail=f"{len(cases)} cases")
@@ -416,11 +512,41 @@ def check_fixed_sliding_window_mask(fn) -> None:
     passed("fixed_sliding_window_mask", public=True)
 
 
-def grade_fixed_sliding_window_mask(fn) -> None:
+def _hidden_window_cases(seed: int | None) -> tuple:
+    """The hidden ``(q_len, k_len, window)`` cases: fixed without a term seed; else
+    drawn by the seed with the same properties. The two public cases stay first (a
+    prefill, a decoding step with a cache); then window 1 (only the token itself), a
+    window longer than the keys (plain causal), one query with a cache, one query and
+    one key, a chunk of as many queries as the window after a cache, a window as long
+    as the prefill, and a few queries with a cache much longer than the window."""
+    if seed is None:
+        return ((7, 7, 3), (2, 9, 4), (5, 5, 1), (4, 4, 10), (1, 12, 5), (1, 1, 1),
+                (6, 16, 6), (16, 16, 16), (3, 20, 8))
+    rng = term_rng(seed, "grade_fixed_sliding_window_mask")
+    n1, n2, n3 = rng.randint(3, 9), rng.randint(3, 9), rng.randint(10, 20)
+    k1 = rng.randint(8, 16)
+    chunk = rng.randint(4, 8)
+    q3 = rng.randint(2, 4)
+    return (
+        (7, 7, 3),
+        (2, 9, 4),
+        (n1, n1, 1),
+        (n2, n2, n2 + rng.randint(1, 8)),
+        (1, k1, rng.randint(2, k1 - 1)),
+        (1, 1, 1),
+        (chunk, chunk + rng.randint(6, 14), chunk),
+        (n3, n3, n3),
+        (q3, rng.randint(16, 24), rng.randint(q3 + 3, 10)),
+    )
+
+
+def grade_fixed_sliding_window_mask(fn, variant: str | None = None,
+                                    seed: int | None = None) -> None:
     """Hidden grader: window 1 (only the token itself), a window longer than the
-    keys (plain causal), one query, chunked prefill."""
-    cases = [(7, 7, 3), (2, 9, 4), (5, 5, 1), (4, 4, 10), (1, 12, 5), (1, 1, 1),
-             (6, 16, 6), (16, 16, 16), (3, 20, 8)]
+    keys (plain causal), one query, chunked prefill (drawn by the term's ``seed``
+    when there is one)."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    cases = _hidden_window_cases(seed)
     for q_len, k_len, window in cases:
         _check_window(fn, q_len, k_len, window)
     passed("fixed_sliding_window_mask", public=False, detail=f"{len(cases)} cases")

@@ -18,6 +18,12 @@ asks for the share of above-chance accuracy a method keeps at longer lengths:
     r(n) = \\frac{a(n) - c}{a(L) - c}
 
 with ``a`` the mean accuracy, ``c`` chance and ``L`` the shortest (training) length.
+
+The exercise has no variants (:data:`VARIANTS` is empty). The hidden graders take the
+term's ``variant`` (only ``"default"``) and ``seed`` (issue 34 item 3): with a seed,
+the bias's hidden shapes and the retained-skill summaries, their tasks and their
+chance levels are drawn from it; the training run that judges the bias in the lab's
+harness stays the same every term (its accuracy threshold was set for that run).
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ from course_lib.alibi import alibi_slopes as _ref_alibi_slopes
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     known_mistake,
     passed,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -46,6 +55,10 @@ __all__ = [
     "grade_log_distance_bias",
     "grade_retained_skill",
 ]
+
+EXERCISE = "ex10_lab"
+# No variants: the bias and the ratio are asked the same way every term.
+VARIANTS: dict[str, Variant] = {}
 
 # Tolerances, from the arithmetic: float32's unit roundoff is u = 2^-24 ~ 6e-8.
 # A bias entry is m_h * ln(1 + (i - j)): one log (log1p or log, a few ulps apart)
@@ -185,16 +198,36 @@ def check_log_distance_bias(log_distance_bias: Callable) -> None:
     passed("log_distance_bias", public=True)
 
 
-def grade_log_distance_bias(log_distance_bias: Callable) -> None:
-    """Hidden grade: more shapes, then a short training run in the lab's harness.
+def _hidden_bias_shapes(seed: int | None) -> tuple[tuple[int, int], ...]:
+    """The hidden ``(n_heads, seq_len)`` shapes: fixed without a term seed; else drawn
+    by the seed with the same properties. The three public shapes stay first; then
+    length 1 (only the diagonal; 2 or 4 heads), many heads (16 or 32, lengths 6 to
+    12) and a long sequence (2 or 4 heads, 33 to 64 positions, distances far past the
+    lab's training length 8). Head counts are powers of two, as the task says."""
+    public = ((4, 6), (1, 3), (8, 5))
+    if seed is None:
+        return (*public, (2, 1), (16, 9), (4, 40))
+    rng = term_rng(seed, "grade_log_distance_bias")
+    return (*public, (rng.choice((2, 4)), 1),
+            (rng.choice((16, 32)), rng.randint(6, 12)),
+            (rng.choice((2, 4)), rng.randint(33, 64)))
+
+
+def grade_log_distance_bias(log_distance_bias: Callable, variant: str | None = None,
+                            seed: int | None = None) -> None:
+    """Hidden grade: more shapes (drawn by the term's ``seed`` when there is one),
+    then a short training run in the lab's harness.
 
     The model (4 heads, width 32) trains for 150 steps on associative recall at length
     8 with the student's bias; it must reach at least 60 % accuracy at length 8
-    (chance is 12.5 %). About a second on one core (one thread, see below).
+    (chance is 12.5 %). About a second on one core (one thread, see below). The run
+    is the same for every seed: what it judges is the bias in the harness, and its
+    threshold was set for this run.
     """
     from course_lib.experiments import LabConfig, train_run
 
-    for n_heads, seq_len in ((4, 6), (1, 3), (8, 5), (2, 1), (16, 9), (4, 40)):
+    variant_named(VARIANTS, variant, EXERCISE)
+    for n_heads, seq_len in _hidden_bias_shapes(seed):
         _check_bias(log_distance_bias, n_heads, seq_len)
     _runs_in_harness(log_distance_bias)
     cfg = LabConfig(steps=150, train_length=8, multipliers=(1,), d_model=32,
@@ -351,16 +384,48 @@ def check_retained_skill(retained_skill: Callable) -> None:
     passed("retained_skill", public=True)
 
 
-def grade_retained_skill(retained_skill: Callable) -> None:
+def _hidden_retained_cases(seed: int | None) -> tuple:
+    """The hidden cases ``(summary seeds, [(task, method, chance)] per summary, flat
+    summary)``: fixed without a term seed; else drawn by the seed with the same
+    properties. Two shuffled synthetic summaries (:func:`_synthetic_summary`, from
+    seeds the term draws), three (task, method) pairs of each, one at a high chance
+    level (1/2, 1/3 or 1/4: some methods start at or below it, so nan is due), one
+    at a low one (1/8, 1/10 or 1/16), one at chance 0; and a method flat at chance
+    over three lengths L, 2L, 4L (nan everywhere; L 8 with a fixed case, 8 to 24
+    with a seed)."""
+    if seed is None:
+        tasks = (("alpha", "m1", 0.5), ("beta", "m3", 0.125), ("alpha", "m2", 0.0))
+        flat = [{"task": "t", "method": "m", "length": n, "mean": 0.5}
+                for n in (8, 16, 32)]
+        return (1, 2), (tasks, tasks), flat
+    rng = term_rng(seed, "grade_retained_skill")
+    seeds = (rng.randrange(2**31), rng.randrange(2**31))
+    pairs = [(t, m) for t in ("alpha", "beta") for m in ("m1", "m2", "m3")]
+    chosen = []
+    for _ in seeds:
+        chances = [rng.choice((0.5, 1 / 3, 0.25)), rng.choice((0.125, 0.1, 1 / 16)),
+                   0.0]
+        rng.shuffle(chances)
+        chosen.append(tuple((t, m, c) for (t, m), c in zip(rng.sample(pairs, 3),
+                                                            chances, strict=True)))
+    level, start = rng.choice((0.5, 0.25, 0.1)), rng.randint(8, 24)
+    flat = [{"task": "t", "method": "m", "length": n, "mean": level}
+            for n in (start, 2 * start, 4 * start)]
+    return seeds, tuple(chosen), flat
+
+
+def grade_retained_skill(retained_skill: Callable, variant: str | None = None,
+                         seed: int | None = None) -> None:
     """Hidden grade: shuffled synthetic summaries, other chance levels, and a method
-    that is not above chance at the training length (the answer is nan)."""
+    that is not above chance at the training length (the answer is nan); drawn by
+    the term's ``seed`` when there is one."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_retained(retained_skill)
-    for seed in (1, 2):
-        rows = _synthetic_summary(seed)
-        for task, method, chance in (("alpha", "m1", 0.5), ("beta", "m3", 0.125),
-                                     ("alpha", "m2", 0.0)):
+    seeds, chosen, flat = _hidden_retained_cases(seed)
+    for summary_seed, cases in zip(seeds, chosen, strict=True):
+        rows = _synthetic_summary(summary_seed)
+        for task, method, chance in cases:
             _check_retained(retained_skill, rows, task, method, chance)
-    flat = [{"task": "t", "method": "m", "length": n, "mean": 0.5}
-            for n in (8, 16, 32)]
-    _check_retained(retained_skill, flat, "t", "m", 0.5)
+    level = flat[0]["mean"]
+    _check_retained(retained_skill, flat, "t", "m", level)
     passed("retained_skill", public=False, detail="8 summaries")

@@ -6,11 +6,20 @@ known wrong answers (the ends of the range rounded the wrong way or not clipped,
 turns counted in radians, the temperature's square or log10, the DeepSeek ratio
 upside down, bands drawn on the frequency instead of the wavelength, no blend in the
 medium band, ...) are computed here so that a message can name the mistake.
+
+The exercise has no variants (:data:`VARIANTS` is empty). The hidden graders take the
+term's ``variant`` (only ``"default"``) and ``seed`` (issue 34 item 3): with a seed,
+their cases are drawn from it, with the properties the fixed cases were chosen for,
+and off every setting chapter 11 shows: every drawn training length L is a whole
+number that is not a power of two (the chapter's lengths, 512, 2048, 8192 and the
+lab's, all are), and every drawn extension factor s other than 1 is not a whole
+number (the chapter's are 2, 4, 8, 16 and the lab's).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import replace as _replace
 
@@ -25,11 +34,14 @@ from course_lib.rope_scaling import yarn_correction_range as _ref_yarn_correctio
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     expect_scalar,
     hinted,
     passed,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -40,6 +52,10 @@ __all__ = [
     "grade_yarn_attention_factor",
     "grade_yarn_correction_range",
 ]
+
+EXERCISE = "ex11_long_context"
+# No variants: the three functions are asked the same way every term.
+VARIANTS: dict[str, Variant] = {}
 
 _allclose = torch.allclose
 _where = torch.where
@@ -269,13 +285,104 @@ def check_yarn_correction_range(yarn_correction_range: Callable) -> None:
     passed("yarn_correction_range", public=True)
 
 
-def grade_yarn_correction_range(yarn_correction_range: Callable) -> None:
+def _drawn(rng: random.Random, draw: Callable, fits: Callable, what: str):
+    """The first case ``draw(rng)`` makes that ``fits``; a handful of tries is the
+    rule (each case below fits far more often than not), 1000 the limit."""
+    for _ in range(1000):
+        case = draw(rng)
+        if fits(case):
+            return case
+    raise RuntimeError(f"no {what} case fits after 1000 draws")  # pragma: no cover
+
+
+def _off_chapter_length(rng: random.Random, low: int, high: int) -> int:
+    """A training length in [low, high] that is not a power of two (chapter 11's
+    lengths all are)."""
+    return _drawn(rng, lambda r: r.randint(low, high), lambda n: n & (n - 1) != 0,
+                  "length")
+
+
+def _off_chapter_factor(rng: random.Random, low: int, high: int) -> float:
+    """An extension factor s = k + 0.5 with low <= k <= high: never a whole number,
+    as every factor chapter 11 shows is."""
+    return rng.randint(low, high) + 0.5
+
+
+def _range_case_fits(case: tuple) -> bool:
+    """What every correction-range case keeps (_RANGE_ATOL's comment): each
+    fractional end i(beta) at least 0.01 from an integer, and every known mistake
+    either right or at least 0.01 (100 tolerances) off."""
+    fast, slow, d, base, original, truncate = case
+    for r in (fast, slow):
+        x = _index(r, d, base, original)
+        if abs(x - round(x)) < 0.01:
+            return False
+    expected = _ref_yarn_correction_range(fast, slow, d, base, original,
+                                          truncate=truncate)
+    for m in _range_mistakes(*case):
+        gap = max(abs(a - e) for a, e in zip(m.answer, expected, strict=True))
+        if 0.0 < gap < 100 * _RANGE_ATOL:
+            return False
+    return True
+
+
+def _hidden_range_cases(seed: int | None) -> tuple:
+    """The hidden ``(beta_fast, beta_slow, head_dim, base, L, truncate)`` cases:
+    :data:`_RANGE_HIDDEN` without a term seed; else seven drawn by the seed with its
+    properties: a large base (500000 to 5000000) with LLaMA's betas 32 and 1; a head
+    that is not a power of two (80, 96, 112, 160 or 192); a base of 1000000 at a long
+    training length; other betas (beta_fast 12.5 to 47.5, beta_slow 1.25 to 3.5,
+    never chapter 11's slider values) at a long training; a wide head (256, 320 or
+    512); fractional ends (truncate=False) with low clipped at 0 (L from 40 to just
+    below 2 pi beta_fast, head 32 or 64); and beta_slow 2 to 6 with beta_fast 8.5 to
+    24. The long lengths are 3000 to 65000. No L is a power of two, so no case is a
+    setting of chapter 11's figures or cells (its class-edition YaRN figure has
+    L = 2048); each case passes :func:`_range_case_fits`."""
+    if seed is None:
+        return _RANGE_HIDDEN
+    rng = term_rng(seed, "grade_yarn_correction_range")
+
+    def betas(r: random.Random) -> tuple[float, float]:
+        fast = r.choice([k / 2 for k in range(25, 96) if k not in (32, 64)])
+        return fast, r.choice((1.25, 1.5, 1.75, 2.5, 3.0, 3.5))
+
+    def long(r: random.Random) -> int:
+        return _off_chapter_length(r, 3000, 65000)
+
+    def clipped_at_zero(r: random.Random) -> tuple:
+        # L below 2 pi beta_fast: even pair 0 turns fewer than beta_fast times
+        fast = r.randint(48, 95) / 2
+        below = _off_chapter_length(r, 40, math.floor(2 * math.pi * fast) - 1)
+        return (fast, 1.0, r.choice((32, 64)), 10000.0, below, False)
+
+    draws = (
+        lambda r: (32.0, 1.0, 128, r.choice((500000.0, 1000000.0, 5000000.0)),
+                   long(r), True),
+        lambda r: (32.0, 1.0, r.choice((80, 96, 112, 160, 192)), 10000.0, long(r),
+                   True),
+        lambda r: (32.0, 1.0, 64, 1000000.0, long(r), True),
+        lambda r: (*betas(r), 128, 10000.0, long(r), True),
+        lambda r: (32.0, 1.0, r.choice((256, 320, 512)), 10000.0, long(r), True),
+        clipped_at_zero,
+        lambda r: (r.randint(17, 48) / 2, r.randint(4, 12) / 2, 128, 10000.0, long(r),
+                   True),
+    )
+    return tuple(_drawn(rng, draw, _range_case_fits, "correction-range")
+                 for draw in draws)
+
+
+def grade_yarn_correction_range(yarn_correction_range: Callable,
+                                variant: str | None = None,
+                                seed: int | None = None) -> None:
     """Hidden grade: Llama 3's base and length, Phi-3's head size, a wide head,
-    fractional ends clipped at 0, other betas."""
+    fractional ends clipped at 0, other betas (drawn by the term's ``seed`` when
+    there is one)."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_yarn_correction_range(yarn_correction_range)
-    for case in _RANGE_HIDDEN:
+    cases = _hidden_range_cases(seed)
+    for case in cases:
         _check_range(yarn_correction_range, *case)
-    passed("yarn_correction_range", public=False, detail=f"{len(_RANGE_HIDDEN)} cases")
+    passed("yarn_correction_range", public=False, detail=f"{len(cases)} cases")
 
 
 # ---- yarn_attention_factor -----------------------------------------------------------
@@ -424,14 +531,63 @@ def check_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
     passed("yarn_attention_factor", public=True)
 
 
-def grade_yarn_attention_factor(yarn_attention_factor: Callable) -> None:
+def _attention_case_fits(case: tuple) -> bool:
+    """What every attention-factor case keeps (_ATTENTION_ATOL's comment): each known
+    mistake either right (within 1e-15) or at least 0.001 (1000 tolerances) off."""
+    expected = _ref_yarn_attention_factor(*case)
+    return all(
+        not 1e-15 < abs(m.answer - expected) < 1000 * _ATTENTION_ATOL
+        for m in _attention_mistakes(*case)
+    )
+
+
+def _hidden_attention_cases(seed: int | None) -> tuple:
+    """The hidden ``(factor, mscale, mscale_all_dim)`` cases: :data:`_ATTENTION_HIDDEN`
+    without a term seed; else drawn by the seed with its properties: s = 1 (the
+    boundary, every term), s between 1 and 4, a large s (65.5 to 256.5), s below 1
+    (0.05 to 0.95, not the public 0.5), unequal scales (0.3 to 1.5, at least 0.2
+    apart), equal scales (0.5 to 1.5) and mscale_all_dim alone (0.5 to 3). Every s
+    other than 1 is not a whole number (chapter 11's factors all are); each case
+    passes :func:`_attention_case_fits`."""
+    if seed is None:
+        return _ATTENTION_HIDDEN
+    rng = term_rng(seed, "grade_yarn_attention_factor")
+
+    def unequal(r: random.Random) -> tuple:
+        m1, m2 = r.sample([k / 100 for k in range(30, 151)], 2)
+        return (_off_chapter_factor(r, 4, 63), m1, m2)
+
+    draws = (
+        lambda r: (1.0, None, None),
+        lambda r: (r.choice([k / 100 for k in range(101, 400) if k % 100]), None,
+                   None),
+        lambda r: (_off_chapter_factor(r, 65, 256), None, None),
+        lambda r: (r.choice([k / 100 for k in range(5, 96) if k != 50]), None, None),
+        unequal,
+        lambda r: (_off_chapter_factor(r, 16, 80), *[r.randint(50, 150) / 100] * 2),
+        lambda r: (_off_chapter_factor(r, 2, 32), None, r.randint(50, 300) / 100),
+    )
+
+    def fits(case: tuple) -> bool:
+        _, m1, m2 = case
+        apart = m1 is None or m2 is None or m1 == m2 or abs(m1 - m2) >= 0.2
+        return apart and _attention_case_fits(case)
+
+    return tuple(_drawn(rng, draw, fits, "attention-factor") for draw in draws)
+
+
+def grade_yarn_attention_factor(yarn_attention_factor: Callable,
+                                variant: str | None = None,
+                                seed: int | None = None) -> None:
     """Hidden grade: s = 1, 2 and 128, another factor below 1, unequal and equal
-    scales, and the other scale alone."""
+    scales, and the other scale alone (drawn by the term's ``seed`` when there is
+    one)."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_yarn_attention_factor(yarn_attention_factor)
-    for case in _ATTENTION_HIDDEN:
+    cases = _hidden_attention_cases(seed)
+    for case in cases:
         _check_attention(yarn_attention_factor, *case)
-    passed("yarn_attention_factor", public=False,
-           detail=f"{len(_ATTENTION_HIDDEN)} cases")
+    passed("yarn_attention_factor", public=False, detail=f"{len(cases)} cases")
 
 
 # ---- llama3_scaled_frequencies -----------------------------------------------------
@@ -555,27 +711,88 @@ def check_llama3_scaled_frequencies(llama3_scaled_frequencies: Callable) -> None
     passed("llama3_scaled_frequencies", public=True)
 
 
-def _band_hidden_cases() -> tuple:
-    """The hidden cases: ``(inv_freq, factor, L, alpha, beta, label)``."""
-    gen = torch.Generator().manual_seed(11)
-    # log-uniform between 1e-5 and 1: wavelengths from 6 to 6e5 positions
-    random = 10.0 ** (-5.0 * torch.rand(40, generator=gen, dtype=torch.float64))
-    return (
-        (_theta(64, 500000.0, torch.float64), 32.0, 8192, 1.0, 4.0,
-         "theta (d=64, base 500000, float64)"),
-        (_theta(32, 10000.0, torch.float32), 1.0, 256, 1.0, 4.0,
-         "theta (d=32, base 10000, float32)"),
-        (_theta(128, 10000.0, torch.float64), 2.5, 2048, 0.5, 1.5,
-         "theta (d=128, base 10000, float64)"),
-        (random.float(), 16.0, 4096, 1.0, 4.0, "40 random frequencies (float32)"),
-    )
+def _band_case_fits(case: tuple) -> bool:
+    """What every band case keeps (_FREQ_RTOL's comment): with factor 1 every known
+    mistake is right (within 1e-6, float32 rounding of the input); otherwise every
+    one is off by at least 1000 tolerances (relatively, on some pair)."""
+    inv_freq, factor, original, alpha, beta, _ = case
+    expected = _ref_llama3_scaled_frequencies(inv_freq, factor, original, alpha,
+                                              beta).double()
+    for m in _band_mistakes(inv_freq, factor, original, alpha, beta):
+        gap = ((m.answer.double() - expected).abs() / expected).max().item()
+        if (gap > 1e-6) if factor == 1.0 else (gap < 1000 * _FREQ_RTOL):
+            return False
+    return True
 
 
-def grade_llama3_scaled_frequencies(llama3_scaled_frequencies: Callable) -> None:
+def _band_hidden_cases(seed: int | None = None) -> tuple:
+    """The hidden cases: ``(inv_freq, factor, L, alpha, beta, label)``. Fixed without
+    a term seed; else drawn by the seed with their properties: a large factor (16.5
+    to 64.5) on d = 64 to 128 at base 500000 or 1000000; factor 1 in float32 (every
+    band rule is right); other bands (alpha 0.5, 1.5 or 2, beta = alpha + 1 to 6,
+    s 1.5 to 7.5) in float64; and 40 random frequencies, log-uniform between 1e-5
+    and 1 (wavelengths 6 to 6e5, not a geometric sequence) from a generator the seed
+    seeds, in float32, s 4.5 to 31.5. L is 3000 to 65000 and not a power of two,
+    every factor but 1 not a whole number (chapter 11's Llama 3.1 cell and ratio
+    figure use L = 8192, s = 8); each case passes :func:`_band_case_fits`."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(11)
+        # log-uniform between 1e-5 and 1: wavelengths from 6 to 6e5 positions
+        random_freq = 10.0 ** (-5.0 * torch.rand(40, generator=gen,
+                                                 dtype=torch.float64))
+        return (
+            (_theta(64, 500000.0, torch.float64), 32.0, 8192, 1.0, 4.0,
+             "theta (d=64, base 500000, float64)"),
+            (_theta(32, 10000.0, torch.float32), 1.0, 256, 1.0, 4.0,
+             "theta (d=32, base 10000, float32)"),
+            (_theta(128, 10000.0, torch.float64), 2.5, 2048, 0.5, 1.5,
+             "theta (d=128, base 10000, float64)"),
+            (random_freq.float(), 16.0, 4096, 1.0, 4.0,
+             "40 random frequencies (float32)"),
+        )
+    rng = term_rng(seed, "grade_llama3_scaled_frequencies")
+
+    def geometric(d: int, base: float, dtype: torch.dtype) -> tuple:
+        name = str(dtype).removeprefix("torch.")
+        return _theta(d, base, dtype), f"theta (d={d}, base {base:.0f}, {name})"
+
+    def long(r: random.Random) -> int:
+        return _off_chapter_length(r, 3000, 65000)
+
+    def large(r: random.Random) -> tuple:
+        theta, label = geometric(r.choice((64, 96, 128)),
+                                 r.choice((500000.0, 1000000.0)), torch.float64)
+        return (theta, _off_chapter_factor(r, 16, 64), long(r), 1.0, 4.0, label)
+
+    def one(r: random.Random) -> tuple:
+        theta, label = geometric(r.choice((16, 32, 48)), 10000.0, torch.float32)
+        return (theta, 1.0, long(r), 1.0, 4.0, label)
+
+    def bands(r: random.Random) -> tuple:
+        theta, label = geometric(r.choice((96, 128)), 10000.0, torch.float64)
+        alpha = r.choice((0.5, 1.5, 2.0))
+        return (theta, _off_chapter_factor(r, 1, 7), long(r), alpha,
+                alpha + r.randint(1, 6), label)
+
+    def scattered(r: random.Random) -> tuple:
+        gen = torch.Generator().manual_seed(r.randrange(2**31))
+        freq = 10.0 ** (-5.0 * torch.rand(40, generator=gen, dtype=torch.float64))
+        return (freq.float(), _off_chapter_factor(r, 4, 31), long(r), 1.0, 4.0,
+                "40 random frequencies (float32)")
+
+    return tuple(_drawn(rng, draw, _band_case_fits, "band")
+                 for draw in (large, one, bands, scattered))
+
+
+def grade_llama3_scaled_frequencies(llama3_scaled_frequencies: Callable,
+                                    variant: str | None = None,
+                                    seed: int | None = None) -> None:
     """Hidden grade: Llama 3.2's factor 32, other alpha and beta, factor 1, and
-    seeded random frequencies (not a geometric sequence) in float32."""
+    seeded random frequencies (not a geometric sequence) in float32 (drawn by the
+    term's ``seed`` when there is one)."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_llama3_scaled_frequencies(llama3_scaled_frequencies)
-    cases = _band_hidden_cases()
+    cases = _band_hidden_cases(seed)
     for inv_freq, factor, original, alpha, beta, label in cases:
         _check_bands(llama3_scaled_frequencies, inv_freq, factor, original, alpha,
                      beta, label)
