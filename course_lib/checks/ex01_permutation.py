@@ -17,7 +17,16 @@ import torch
 from course_lib.attention import permutation_matrix as _ref_permutation_matrix
 from course_lib.attention import self_attention as _ref_self_attention
 
-from ._core import CheckFailed, Mistake, call_student, expect_close, passed
+from ._core import (
+    CheckFailed,
+    Mistake,
+    Variant,
+    call_student,
+    expect_close,
+    passed,
+    term_rng,
+    variant_named,
+)
 
 __all__ = [
     "check_permutation_matrix",
@@ -34,6 +43,11 @@ __all__ = [
 # relative bound says nothing. Every known mistake is off by more than 1e-2.
 _ATOL = 1e-5
 _RTOL = 1e-4
+
+# No variant changes an answer of this exercise: the term's seed draws the hidden
+# cases (course_lib/grading/editions/term.py), and an unknown variant is refused.
+EXERCISE = "ex01_permutation"
+VARIANTS: dict[str, Variant] = {}
 
 
 def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
@@ -180,22 +194,76 @@ def check_self_attention(self_attention: Callable) -> None:
     passed("self_attention", public=True)
 
 
-def grade_self_attention(self_attention: Callable) -> None:
-    """Hidden grade: more sizes, one token, batches of 3, float64, equivariance."""
-    _public_self_attention(self_attention)
+# (torch seed, batch, seq, d_model, d_k, d_v, dtype) of the hidden cases
+_AttentionCase = tuple[int, int | None, int, int, int, int, torch.dtype]
+
+
+def _hidden_attention_cases(
+    seed: int | None,
+) -> tuple[list[_AttentionCase], list[tuple[int, list[int]]]]:
+    """The hidden self-attention cases and the equivariance checks ``(torch seed,
+    perm)``: fixed without a term seed; else drawn by the seed with the same
+    properties: one sequence of 6 to 10 tokens, a batch of 3, a single token
+    (seq = 1), a batch of 2 where d_model = d_k = d_v, a batched and an unbatched
+    float64 case (the second with d_v = 1); outside the square case d_k differs from
+    d_model, so that dividing by sqrt(d_model) is caught. Equivariance: one
+    permutation of 6 to 9 tokens and one of 3, neither the identity. The tensors
+    come from torch generators seeded with the drawn torch seeds."""
+    if seed is None:
+        cases: list[_AttentionCase] = [
+            (10, None, 7, 8, 5, 3, torch.float32),
+            (11, 3, 6, 5, 2, 4, torch.float32),
+            (12, None, 1, 4, 3, 2, torch.float32),
+            (13, 2, 9, 6, 6, 6, torch.float32),
+            (14, 4, 3, 7, 2, 5, torch.float64),
+            (15, None, 8, 3, 4, 1, torch.float64),
+        ]
+        return cases, [(16, [6, 2, 0, 7, 1, 5, 3, 4]), (17, [1, 0, 2])]
+    rng = term_rng(seed, "grade_self_attention")
+
+    def torch_seed() -> int:
+        return rng.randrange(2**31)
+
+    def d_k_not(d_model: int) -> int:
+        return rng.choice([d for d in range(2, 9) if d != d_model])
+
+    def case(batch: int | None, seq: int, d_model: int, d_v: int,
+             dtype: torch.dtype = torch.float32) -> _AttentionCase:
+        return (torch_seed(), batch, seq, d_model, d_k_not(d_model), d_v, dtype)
+
+    square = rng.randint(4, 8)
     cases = [
-        (10, None, 7, 8, 5, 3, torch.float32),
-        (11, 3, 6, 5, 2, 4, torch.float32),
-        (12, None, 1, 4, 3, 2, torch.float32),
-        (13, 2, 9, 6, 6, 6, torch.float32),
-        (14, 4, 3, 7, 2, 5, torch.float64),
-        (15, None, 8, 3, 4, 1, torch.float64),
+        case(None, rng.randint(6, 10), rng.randint(5, 10), rng.randint(2, 6)),
+        case(3, rng.randint(4, 8), rng.randint(3, 8), rng.randint(2, 6)),
+        case(None, 1, rng.randint(3, 7), rng.randint(2, 5)),
+        (torch_seed(), 2, rng.randint(6, 10), square, square, square, torch.float32),
+        case(rng.randint(2, 4), rng.randint(2, 5), rng.randint(5, 9), rng.randint(2, 6),
+             torch.float64),
+        case(None, rng.randint(6, 10), rng.randint(3, 6), 1, torch.float64),
     ]
-    for seed, batch, seq, d_model, d_k, d_v, dtype in cases:
-        _check_attention_case(self_attention, seed, batch, seq, d_model, d_k, d_v,
+    perms = []
+    for n in (rng.randint(6, 9), 3):
+        perm = list(range(n))
+        while perm == sorted(perm):
+            rng.shuffle(perm)
+        perms.append((torch_seed(), perm))
+    return cases, perms
+
+
+def grade_self_attention(
+    self_attention: Callable, variant: str | None = None, seed: int | None = None
+) -> None:
+    """Hidden grade: more sizes, one token, batches of 3, float64, equivariance (the
+    sizes, inputs and permutations drawn by the term's ``seed`` when there is one).
+    No variant changes the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    _public_self_attention(self_attention)
+    cases, perms = _hidden_attention_cases(seed)
+    for case_seed, batch, seq, d_model, d_k, d_v, dtype in cases:
+        _check_attention_case(self_attention, case_seed, batch, seq, d_model, d_k, d_v,
                               dtype)
-    _check_equivariance(self_attention, 16, [6, 2, 0, 7, 1, 5, 3, 4])
-    _check_equivariance(self_attention, 17, [1, 0, 2])
+    for case_seed, perm in perms:
+        _check_equivariance(self_attention, case_seed, perm)
     passed("self_attention", public=False,
            detail=f"{len(cases)} shapes and dtypes, equivariance")
 
@@ -279,13 +347,55 @@ def check_permutation_matrix(permutation_matrix: Callable) -> None:
     passed("permutation_matrix", public=True)
 
 
-def grade_permutation_matrix(permutation_matrix: Callable) -> None:
-    """Hidden grade: n = 1, identity, swaps, seeded random permutations, property."""
+def _hidden_permutations(seed: int | None) -> tuple[list[list[int]], list[int]]:
+    """The hidden permutations and the one of the property check: fixed without a
+    term seed; else drawn by the seed with the same properties: n = 1, an identity,
+    a swap and a reversal (their own inverses: the transposed matrix is right
+    there), a cyclic shift that is not its own inverse, three random permutations
+    of 6 to 14 elements (from a torch generator seeded by the seed; none the
+    identity), and a random one of 5 to 8 elements, not the identity, for
+    ``(P @ x)[i] = x[perm[i]]`` and ``P^T P = I``."""
+    if seed is None:
+        g = torch.Generator().manual_seed(2024)
+        randoms = [torch.randperm(n, generator=g).tolist() for n in (6, 9, 12)]
+        perms = [[0], [0, 1, 2], [1, 0], [4, 3, 2, 1, 0], [1, 2, 3, 4, 0], *randoms]
+        return perms, [3, 5, 0, 1, 4, 2]
+    rng = term_rng(seed, "grade_permutation_matrix")
+    g = torch.Generator().manual_seed(rng.randrange(2**31))
+
+    def shuffled(n: int) -> list[int]:
+        perm = list(range(n))
+        while perm == sorted(perm):
+            perm = torch.randperm(n, generator=g).tolist()
+        return perm
+
+    swap = list(range(rng.randint(2, 7)))
+    a, b = rng.sample(range(len(swap)), 2)
+    swap[a], swap[b] = swap[b], swap[a]
+    n = rng.randint(5, 9)
+    shift = rng.choice([k for k in range(1, n) if (2 * k) % n])  # not self-inverse
+    sizes = sorted(rng.sample(range(6, 15), 3))
+    perms = [
+        [0],
+        list(range(rng.randint(2, 6))),
+        swap,
+        list(range(rng.randint(4, 9)))[::-1],
+        [(i + shift) % n for i in range(n)],
+        *(shuffled(size) for size in sizes),
+    ]
+    return perms, shuffled(rng.randint(5, 8))
+
+
+def grade_permutation_matrix(
+    permutation_matrix: Callable, variant: str | None = None, seed: int | None = None
+) -> None:
+    """Hidden grade: n = 1, identity, swaps, seeded random permutations, property
+    (the permutations drawn by the term's ``seed`` when there is one). No variant
+    changes the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_permutation_matrix(permutation_matrix)
-    g = torch.Generator().manual_seed(2024)
-    randoms = [torch.randperm(n, generator=g).tolist() for n in (6, 9, 12)]
-    perms = [[0], [0, 1, 2], [1, 0], [4, 3, 2, 1, 0], [1, 2, 3, 4, 0], *randoms]
+    perms, property_perm = _hidden_permutations(seed)
     for i, perm in enumerate(perms):
         _check_perm(permutation_matrix, perm, as_tensor=bool(i % 2))
-    _check_perm_property(permutation_matrix, [3, 5, 0, 1, 4, 2])
+    _check_perm_property(permutation_matrix, property_perm)
     passed("permutation_matrix", public=False, detail=f"{len(perms)} permutations")

@@ -37,11 +37,14 @@ from course_lib.sinusoidal import sinusoidal_encoding as _ref_sinusoidal_encodin
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     hinted,
     known_mistake,
     passed,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -58,6 +61,12 @@ __all__ = [
 # mistakes (a transposed block, a doubled exponent) are off by O(0.1).
 _ATOL = 1e-5
 _RTOL = 1e-4
+
+# No variant changes an answer of this exercise: the term's seed draws the hidden
+# cases of offset_matrix (course_lib/grading/editions/term.py), and an unknown
+# variant is refused.
+EXERCISE = "ex03_rotation"
+VARIANTS: dict[str, Variant] = {}
 
 
 def _known(expected: torch.Tensor, candidates: list[Mistake]) -> list[Mistake]:
@@ -186,19 +195,58 @@ def check_offset_matrix(offset_matrix: Callable) -> None:
     passed("offset_matrix", public=True)
 
 
-def grade_offset_matrix(offset_matrix: Callable) -> None:
-    """Hidden grade: k = 0, negative k, d_model = 2, large k, shift and composition."""
+def _hidden_offset_cases(
+    seed: int | None,
+) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...],
+           tuple[int, int, int]]:
+    """The hidden ``(k, d_model)`` cases, the ``(k, d_model)`` of the shift property
+    and the composition ``(k1, k2, d_model)``: fixed without a term seed; else drawn
+    by the seed with the same properties: k = 0 (where every wrong rotation is the
+    identity), two negative offsets, d_model = 2 (a single pair), a large offset
+    (20 to 40) and a wide table (d_model 48 to 80), every |k| <= 64 (the bound the
+    tolerance is derived for); the shift property once forward and once backward
+    (|k| <= 10: the 40-row table leaves 30 rows or more); two positive offsets for
+    the composition M(k1) M(k2) = M(k1 + k2). Every d_model is even."""
+    if seed is None:
+        return (((0, 4), (-2, 6), (5, 2), (7, 16), (30, 10), (-11, 8), (1, 64)),
+                ((4, 12), (-3, 8)), (2, 5, 8))
+    rng = term_rng(seed, "grade_offset_matrix")
+
+    def even(low: int, high: int) -> int:
+        return 2 * rng.randint(low // 2, high // 2)
+
+    cases = (
+        (0, even(2, 16)),
+        (-rng.randint(1, 8), even(4, 12)),
+        (rng.randint(2, 9), 2),
+        (rng.randint(5, 12), even(12, 24)),
+        (rng.randint(20, 40), even(8, 14)),
+        (-rng.randint(9, 15), even(6, 10)),
+        (rng.randint(1, 3), even(48, 80)),
+    )
+    shifts = ((rng.randint(2, 10), even(8, 16)), (-rng.randint(2, 10), even(4, 12)))
+    return cases, shifts, (rng.randint(1, 8), rng.randint(1, 8), even(4, 12))
+
+
+def grade_offset_matrix(
+    offset_matrix: Callable, variant: str | None = None, seed: int | None = None
+) -> None:
+    """Hidden grade: k = 0, negative k, d_model = 2, large k, shift and composition
+    (the offsets and widths drawn by the term's ``seed`` when there is one). No
+    variant changes the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
     _public_offset_matrix(offset_matrix)
-    cases = ((0, 4), (-2, 6), (5, 2), (7, 16), (30, 10), (-11, 8), (1, 64))
+    cases, shifts, (k1, k2, width) = _hidden_offset_cases(seed)
     for k, d_model in cases:
         _check_offset(offset_matrix, k, d_model)
-    for k, d_model in ((4, 12), (-3, 8)):
+    for k, d_model in shifts:
         _check_shift_property(offset_matrix, k, d_model)
-    a = _check_offset(offset_matrix, 2, 8).double()
-    b = _check_offset(offset_matrix, 5, 8).double()
-    expect_close(a @ b, _reference_offset_concat(7, 8).double(),
-                 what="offset_matrix(2, 8) @ offset_matrix(5, 8) (should be "
-                      "offset_matrix(7, 8): shifts compose)", atol=1e-5, rtol=1e-4)
+    a = _check_offset(offset_matrix, k1, width).double()
+    b = _check_offset(offset_matrix, k2, width).double()
+    expect_close(a @ b, _reference_offset_concat(k1 + k2, width).double(),
+                 what=f"offset_matrix({k1}, {width}) @ offset_matrix({k2}, {width}) "
+                      f"(should be offset_matrix({k1 + k2}, {width}): shifts "
+                      "compose)", atol=1e-5, rtol=1e-4)
     passed("offset_matrix", public=False, detail=f"{len(cases)} offsets, properties")
 
 
@@ -338,8 +386,15 @@ def check_hand_computation(pe1_dot_pe3: object, pe30_dot_pe32: object,
 
 
 def grade_hand_computation(pe1_dot_pe3: object, pe30_dot_pe32: object,
-                           pe1_dot_pe4: object) -> None:
-    """Hidden grade: all three values, with the expected value in the message."""
+                           pe1_dot_pe4: object, variant: str | None = None,
+                           seed: int | None = None) -> None:
+    """Hidden grade: all three values, with the expected value in the message.
+
+    It takes the term's ``variant`` and ``seed`` like every hidden grader, but has
+    nothing to draw: the three dot products the student computed by hand are fixed
+    by the task (positions 1, 3, 4, 30, 32; d_model = 6), each with one right
+    answer. No variant changes them."""
+    variant_named(VARIANTS, variant, EXERCISE)
     values = _numbers(pe1_dot_pe3, pe30_dot_pe32, pe1_dot_pe4)
     expected = _expected_dots()
     for name, value in values.items():

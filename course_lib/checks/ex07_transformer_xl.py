@@ -28,11 +28,14 @@ from course_lib.transformer_xl import (
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     hinted,
     passed,
     require_plain,
+    term_rng,
+    variant_named,
 )
 
 __all__ = [
@@ -60,6 +63,11 @@ _inf = float("inf")
 # by one position or a dropped term moves scores by O(1).
 _ATOL = 1e-4
 _RTOL = 1e-4
+
+# No variant changes an answer of this exercise: the term's seed draws the hidden
+# cases (course_lib/grading/editions/term.py), and an unknown variant is refused.
+EXERCISE = "ex07_transformer_xl"
+VARIANTS: dict[str, Variant] = {}
 
 
 def _randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
@@ -222,22 +230,70 @@ def check_rel_shift(fn) -> None:
     passed("rel_shift", public=True)
 
 
-def grade_rel_shift(fn) -> None:
+def _term_generator(rng) -> torch.Generator:
+    """A torch generator for a term's tensors, seeded from the term's ``rng``."""
+    return torch.Generator().manual_seed(rng.randrange(2**31))
+
+
+def _memory(rng, q_low: int, q_high: int, extra_low: int = 0,
+            extra_high: int = 9) -> tuple[int, int]:
+    """A random ``(q_len, k_len)``, ``q_len`` from ``q_low`` to ``q_high``, with
+    ``q_len + extra_low <= k_len <= q_len + extra_high``."""
+    q_len = rng.randint(q_low, q_high)
+    return q_len, q_len + rng.randint(extra_low, extra_high)
+
+
+def _hidden_shift_cases(
+    seed: int | None,
+) -> tuple[torch.Generator, list[tuple[int, ...]], list[tuple[int, int]]]:
+    """The generator of the hidden ``rel_shift`` inputs, their shapes and the
+    ``(q_len, k_len)`` of the distance-label checks: fixed without a term seed; else
+    drawn by the seed with the same properties: a square 4-d input, a single
+    query with a single key, a single query with memory, 2-d square and memory
+    inputs, a 3-d and a 5-d input (any number of leading dimensions), a long memory
+    (k_len at least twice q_len), four random (q_len, k_len) with q_len <= k_len;
+    distance labels for q_len = k_len, one query, and memory."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(71)
+        shapes = [(2, 3, 5, 5), (1, 1), (1, 6), (6, 6), (4, 9), (3, 4, 9),
+                  (2, 2, 2, 8, 8)]
+        shapes.append((2, 3, 7, 16))
+        for _ in range(4):
+            q_len = int(torch.randint(1, 10, (1,), generator=gen))
+            k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
+            shapes.append((2, 2, q_len, k_len))
+        return gen, shapes, [(4, 4), (1, 5), (5, 13)]
+    rng = term_rng(seed, "grade_rel_shift")
+    square, square_2d, square_5d = (rng.randint(3, 8) for _ in range(3))
+    q_2d, q_3d, q_long = rng.randint(2, 6), rng.randint(2, 5), rng.randint(5, 9)
+    shapes = [
+        (2, 3, square, square),
+        (1, 1),
+        (1, rng.randint(2, 9)),
+        (square_2d, square_2d),
+        (q_2d, q_2d + rng.randint(3, 8)),
+        (3, q_3d, q_3d + rng.randint(3, 8)),
+        (2, 2, 2, square_5d, square_5d),
+        (2, 3, q_long, 2 * q_long + rng.randint(0, 4)),
+    ]
+    shapes += [(2, 2, *_memory(rng, 1, 9)) for _ in range(4)]
+    labels = [(rng.randint(3, 7),) * 2, (1, rng.randint(3, 8)),
+              _memory(rng, 3, 7, 5, 10)]
+    return _term_generator(rng), shapes, labels
+
+
+def grade_rel_shift(fn, variant: str | None = None, seed: int | None = None) -> None:
     """Hidden grader: distance labels, memory (q_len < k_len), single queries, any
-    number of leading dimensions; compared on the entries the mask keeps."""
-    gen = torch.Generator().manual_seed(71)
-    shapes = [(2, 3, 5, 5), (1, 1), (1, 6), (6, 6), (4, 9), (3, 4, 9), (2, 2, 2, 8, 8)]
-    shapes.append((2, 3, 7, 16))
-    for _ in range(4):
-        q_len = int(torch.randint(1, 10, (1,), generator=gen))
-        k_len = q_len + int(torch.randint(0, 10, (1,), generator=gen))
-        shapes.append((2, 2, q_len, k_len))
+    number of leading dimensions; compared on the entries the mask keeps (the shapes
+    and inputs drawn by the term's ``seed`` when there is one). No variant changes
+    the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    gen, shapes, labels = _hidden_shift_cases(seed)
     for shape in shapes:
         _check_shift_case(fn, _randn(gen, *shape), f"x of shape {shape}")
-    _check_distance_labels(fn, 4, 4)
-    _check_distance_labels(fn, 1, 5)
-    _check_distance_labels(fn, 5, 13)
-    passed("rel_shift", public=False, detail=f"{len(shapes) + 3} cases")
+    for q_len, k_len in labels:
+        _check_distance_labels(fn, q_len, k_len)
+    passed("rel_shift", public=False, detail=f"{len(shapes) + len(labels)} cases")
 
 
 # --- rel_attention_scores
@@ -405,23 +461,61 @@ def check_rel_attention_scores(fn) -> None:
     passed("rel_attention_scores", public=True)
 
 
-def grade_rel_attention_scores(fn) -> None:
-    """Hidden grader: single positions, long memories, several heads and sizes."""
-    gen = torch.Generator().manual_seed(73)
+def _hidden_scores_cases(
+    seed: int | None,
+) -> tuple[torch.Generator, list[tuple[int, int, int, int, int]]]:
+    """The generator of the hidden ``rel_attention_scores`` inputs and their sizes
+    ``(batch, heads, q_len, k_len, head_dim)``: fixed without a term seed; else
+    drawn by the seed with the same properties: a square case and a memory case
+    (the public sizes, with new inputs, without a seed), a single position, a single
+    query with a long memory, several heads (3 or 4) with memory, head_dim = 2, a
+    long memory (k_len at least q_len + 10), three random (q_len <= k_len) cases;
+    every head_dim even."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(73)
+        sizes = [
+            *_SCORES_PUBLIC,
+            (1, 1, 1, 1, 2),
+            (1, 1, 1, 10, 4),
+            (3, 3, 5, 12, 16),
+            (2, 4, 6, 6, 2),
+            (1, 2, 8, 20, 8),
+        ]
+        for _ in range(3):
+            q_len = int(torch.randint(1, 9, (1,), generator=gen))
+            k_len = q_len + int(torch.randint(0, 9, (1,), generator=gen))
+            sizes.append(
+                (2, 2, q_len, k_len, 2 * int(torch.randint(1, 6, (1,), generator=gen)))
+            )
+        return gen, sizes
+    rng = term_rng(seed, "grade_rel_attention_scores")
+
+    def even(low: int, high: int) -> int:
+        return 2 * rng.randint(low // 2, high // 2)
+
+    square, several, long = rng.randint(3, 6), rng.randint(3, 6), rng.randint(6, 10)
     sizes = [
-        *_SCORES_PUBLIC,
-        (1, 1, 1, 1, 2),
-        (1, 1, 1, 10, 4),
-        (3, 3, 5, 12, 16),
-        (2, 4, 6, 6, 2),
-        (1, 2, 8, 20, 8),
+        (rng.randint(1, 3), rng.randint(1, 3), square, square, even(4, 10)),
+        (1, 2, *_memory(rng, 2, 4, 2, 5), even(2, 6)),
+        (1, 1, 1, 1, even(2, 4)),
+        (1, 1, 1, rng.randint(8, 16), even(2, 6)),
+        (rng.randint(2, 3), rng.randint(3, 4), several,
+         2 * several + rng.randint(0, 6), even(12, 20)),
+        (2, rng.randint(3, 5), *(rng.randint(4, 8),) * 2, 2),
+        (1, 2, long, long + rng.randint(10, 16), 8),
     ]
-    for _ in range(3):
-        q_len = int(torch.randint(1, 9, (1,), generator=gen))
-        k_len = q_len + int(torch.randint(0, 9, (1,), generator=gen))
-        sizes.append(
-            (2, 2, q_len, k_len, 2 * int(torch.randint(1, 6, (1,), generator=gen)))
-        )
+    sizes += [(2, 2, *_memory(rng, 1, 8, 0, 8), even(2, 10)) for _ in range(3)]
+    return _term_generator(rng), sizes
+
+
+def grade_rel_attention_scores(
+    fn, variant: str | None = None, seed: int | None = None
+) -> None:
+    """Hidden grader: single positions, long memories, several heads and sizes (the
+    sizes and inputs drawn by the term's ``seed`` when there is one). No variant
+    changes the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    gen, sizes = _hidden_scores_cases(seed)
     for s in sizes:
         _check_scores_case(
             fn, "rel_attention_scores", *_random_inputs(gen, *s), unmasked=_UNMASKED
@@ -546,20 +640,58 @@ def check_rel_shift_bidirectional(fn) -> None:
     passed("rel_shift_bidirectional", public=True)
 
 
-def grade_rel_shift_bidirectional(fn) -> None:
+def _hidden_bidirectional_cases(
+    seed: int | None,
+) -> tuple[torch.Generator, list[tuple[int, ...]], list[tuple[int, int]]]:
+    """The generator of the hidden ``rel_shift_bidirectional`` inputs, their shapes
+    (the last axis k_len + q_len - 1) and the ``(q_len, k_len)`` of the labelled
+    checks: fixed without a term seed; else drawn by the seed with the same
+    properties: q_len = k_len in 2-d, a single query with a single key, a single
+    query with memory, a 3-d input with q_len = k_len, a 5-d input with memory, a
+    long memory (k_len at least twice q_len), four random 3-d (q_len <= k_len);
+    labels for one query, q_len = k_len, and a long memory."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(73)
+        shapes = [(5, 9), (1, 1), (1, 6), (2, 6, 11), (2, 2, 2, 3, 7), (2, 3, 7, 22)]
+        for _ in range(4):
+            q_len = int(torch.randint(1, 9, (1,), generator=gen))
+            k_len = q_len + int(torch.randint(0, 9, (1,), generator=gen))
+            shapes.append((2, q_len, k_len + q_len - 1))
+        return gen, shapes, [(1, 4), (6, 6), (2, 10)]
+    rng = term_rng(seed, "grade_rel_shift_bidirectional")
+
+    def width(q_len: int, k_len: int) -> tuple[int, int]:
+        return q_len, k_len + q_len - 1
+
+    square, square_3d, long = rng.randint(3, 8), rng.randint(3, 7), rng.randint(5, 9)
+    shapes = [
+        width(square, square),
+        (1, 1),
+        width(1, rng.randint(3, 9)),
+        (2, *width(square_3d, square_3d)),
+        (2, 2, 2, *width(*_memory(rng, 2, 4, 2, 5))),
+        (2, 3, *width(long, 2 * long + rng.randint(0, 4))),
+    ]
+    shapes += [(2, *width(*_memory(rng, 1, 8, 0, 8))) for _ in range(4)]
+    labels = [(1, rng.randint(3, 8)), (rng.randint(4, 8),) * 2,
+              _memory(rng, 2, 4, 6, 10)]
+    return _term_generator(rng), shapes, labels
+
+
+def grade_rel_shift_bidirectional(
+    fn, variant: str | None = None, seed: int | None = None
+) -> None:
     """Hidden grader: single queries, q_len = k_len, long memories, any number of
-    leading dimensions, distance labels."""
-    gen = torch.Generator().manual_seed(73)
-    shapes = [(5, 9), (1, 1), (1, 6), (2, 6, 11), (2, 2, 2, 3, 7), (2, 3, 7, 22)]
-    for _ in range(4):
-        q_len = int(torch.randint(1, 9, (1,), generator=gen))
-        k_len = q_len + int(torch.randint(0, 9, (1,), generator=gen))
-        shapes.append((2, q_len, k_len + q_len - 1))
+    leading dimensions, distance labels (the shapes and inputs drawn by the term's
+    ``seed`` when there is one). No variant changes the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    gen, shapes, labels = _hidden_bidirectional_cases(seed)
     for shape in shapes:
         _bidirectional_case(fn, _randn(gen, *shape), f"x of shape {shape}")
-    for q_len, k_len in ((1, 4), (6, 6), (2, 10)):
+    for q_len, k_len in labels:
         x, want = _signed_labels(q_len, k_len)
         _bidirectional_case(
             fn, x, f"labelled x, q_len={q_len}, k_len={k_len}", expected=want
         )
-    passed("rel_shift_bidirectional", public=False, detail=f"{len(shapes) + 3} cases")
+    passed("rel_shift_bidirectional", public=False,
+           detail=f"{len(shapes) + len(labels)} cases")

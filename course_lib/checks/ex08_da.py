@@ -21,9 +21,12 @@ from course_lib.da import da_rescale as _ref_rescale
 from ._core import (
     CheckFailed,
     Mistake,
+    Variant,
     call_student,
     expect_close,
     passed,
+    term_rng,
+    variant_named,
     with_hint,
 )
 
@@ -48,6 +51,11 @@ _sqrt = math.sqrt
 # 1e-5 is for weights near 0.
 _ATOL = 1e-5
 _RTOL = 1e-4
+
+# No variant changes an answer of this exercise: the term's seed draws the hidden
+# cases (course_lib/grading/editions/term.py), and an unknown variant is refused.
+EXERCISE = "ex08_da"
+VARIANTS: dict[str, Variant] = {}
 
 
 def _known(expected: torch.Tensor, candidates):
@@ -181,10 +189,16 @@ def check_da_rescale(fn) -> None:
     passed("da_rescale", public=True)
 
 
-def _check_rescale_properties(fn, gen: torch.Generator) -> None:
+def _property_inputs(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, v)`` of the property check, from ``gen``: four heads, w > 0."""
     heads = 4
     w = torch.rand(heads, 1, generator=gen) * 2 + 0.1  # (H, 1), w > 0
     v = _randn(gen, heads, 1)  # (H, 1)
+    return w, v
+
+
+def _check_rescale_properties(fn, w: torch.Tensor, v: torch.Tensor) -> None:
+    heads = w.shape[0]
     distance = _arange(0, 200).float()[None, :]  # (1, 200)
     call = "da_rescale(arange(0, 200), w, v) with w > 0 of shape (4, 1)"
     got = call_student(fn, distance.clone(), w.clone(), v.clone(), call=call)
@@ -215,27 +229,85 @@ def _check_rescale_properties(fn, gen: torch.Generator) -> None:
         raise CheckFailed(f"{call}: for w > 0, R_hat must not decrease with distance")
 
 
-def grade_da_rescale(fn) -> None:
-    """Hidden grader: the properties (1 at distance 0, bounded by 1 + e^v, monotone),
-    negative w, broadcasting over heads, large distances."""
-    gen = torch.Generator().manual_seed(81)
-    _check_rescale_case(fn, _arange(12).float(), _scalar(0.5), _scalar(1.0))
-    _check_rescale_properties(fn, gen)
-    cases = [
-        (_arange(30).float(), _scalar(-0.3), _scalar(0.7)),
-        (_grid_distance(7), _scalar(-1.5), _scalar(-1.0)),
-        (_arange(0, 1000, 37).float(), _scalar(0.8), _scalar(2.0)),
-        (_arange(0, 1000, 37).float(), _scalar(-0.8), _scalar(2.0)),
-        # Small |w|: R_hat still moves at distance 1000 (a clipped distance shows).
-        (_arange(0, 1000, 37).float(), _scalar(0.004), _scalar(0.5)),
-        (_arange(0, 1000, 37).float(), _scalar(-0.003), _scalar(-1.0)),
-        (_grid_distance(9)[None], _randn(gen, 5, 1, 1), _randn(gen, 5, 1, 1)),
-        (torch.rand(2, 3, 4, generator=gen) * 20, _randn(gen, 3, 1), _randn(gen, 4)),
-        (torch.zeros(6), _randn(gen, 6), _randn(gen, 6)),
-        (_grid_distance(8), _scalar(-0.3), _scalar(500.0)),
-        (_arange(0, 20).float(), _scalar(0.25), _scalar(1000.0)),
-        (_arange(0, 40).float(), _scalar(2.0), _scalar(95.0)),
+# (distance, w, v) of one da_rescale case
+_RescaleCase = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _hidden_rescale_cases(
+    seed: int | None,
+) -> tuple[_RescaleCase, tuple[torch.Tensor, torch.Tensor], list[_RescaleCase]]:
+    """The hidden ``da_rescale`` inputs: a first ``(distance, w, v)`` case, the
+    ``(w, v)`` of the property check (four heads, w > 0, distances 0 to 199), and
+    the other cases. Fixed without a term seed; else drawn by the seed with the same
+    properties: a plain first case (w, v > 0); negative w over positions and over a
+    grid; w of either sign over distances 0 to ~1000; small |w| (0.002 to 0.006,
+    either sign) where R_hat still moves at distance ~1000 (a clipped distance
+    shows); w and v per head over a (1, L, L) grid; a (2, H, N) distance broadcast
+    against w (H, 1) and v (N,); distance 0 everywhere; v past float32's overflow
+    (300 to 700: e^v is inf in float32), past float64's (800 to 1200) and just past
+    float32's limit 88.7 (89 to 100, with w from 1.5 to 2.5, so that v - w R falls
+    below it within the distances). The tensors come from a torch generator seeded
+    by the seed."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(81)
+        first = (_arange(12).float(), _scalar(0.5), _scalar(1.0))
+        properties = _property_inputs(gen)
+        return first, properties, [
+            (_arange(30).float(), _scalar(-0.3), _scalar(0.7)),
+            (_grid_distance(7), _scalar(-1.5), _scalar(-1.0)),
+            (_arange(0, 1000, 37).float(), _scalar(0.8), _scalar(2.0)),
+            (_arange(0, 1000, 37).float(), _scalar(-0.8), _scalar(2.0)),
+            # Small |w|: R_hat still moves at distance 1000 (a clipped distance
+            # shows).
+            (_arange(0, 1000, 37).float(), _scalar(0.004), _scalar(0.5)),
+            (_arange(0, 1000, 37).float(), _scalar(-0.003), _scalar(-1.0)),
+            (_grid_distance(9)[None], _randn(gen, 5, 1, 1), _randn(gen, 5, 1, 1)),
+            (torch.rand(2, 3, 4, generator=gen) * 20, _randn(gen, 3, 1),
+             _randn(gen, 4)),
+            (torch.zeros(6), _randn(gen, 6), _randn(gen, 6)),
+            (_grid_distance(8), _scalar(-0.3), _scalar(500.0)),
+            (_arange(0, 20).float(), _scalar(0.25), _scalar(1000.0)),
+            (_arange(0, 40).float(), _scalar(2.0), _scalar(95.0)),
+        ]
+    rng = term_rng(seed, "grade_da_rescale")
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+
+    def number(low: float, high: float, digits: int = 2) -> torch.Tensor:
+        return _scalar(round(rng.uniform(low, high), digits))
+
+    first = (_arange(rng.randint(8, 16)).float(), number(0.3, 0.7), number(0.5, 1.5))
+    properties = _property_inputs(gen)
+    far = _arange(0, rng.randint(950, 1100), rng.randint(25, 50)).float()
+    per_head, heads, keys, zeros = (rng.randint(3, 6), rng.randint(2, 5),
+                                    rng.randint(3, 6), rng.randint(4, 8))
+    return first, properties, [
+        (_arange(rng.randint(20, 40)).float(), number(-0.6, -0.1), number(0.2, 1.0)),
+        (_grid_distance(rng.randint(5, 10)), number(-2.0, -1.0), number(-1.5, -0.5)),
+        (far, number(0.5, 1.0), number(1.0, 3.0)),
+        (far, number(-1.0, -0.5), number(1.0, 3.0)),
+        (far, number(0.002, 0.006, 4), number(0.0, 1.0)),
+        (far, number(-0.006, -0.002, 4), number(-1.5, -0.5)),
+        (_grid_distance(rng.randint(6, 10))[None], _randn(gen, per_head, 1, 1),
+         _randn(gen, per_head, 1, 1)),
+        (torch.rand(2, heads, keys, generator=gen) * 20, _randn(gen, heads, 1),
+         _randn(gen, keys)),
+        (torch.zeros(zeros), _randn(gen, zeros), _randn(gen, zeros)),
+        (_grid_distance(rng.randint(6, 10)), number(-0.5, -0.1), number(300.0, 700.0)),
+        (_arange(0, rng.randint(15, 25)).float(), number(0.1, 0.4),
+         number(800.0, 1200.0)),
+        (_arange(0, rng.randint(35, 45)).float(), number(1.5, 2.5),
+         number(89.0, 100.0)),
     ]
+
+
+def grade_da_rescale(fn, variant: str | None = None, seed: int | None = None) -> None:
+    """Hidden grader: the properties (1 at distance 0, bounded by 1 + e^v, monotone),
+    negative w, broadcasting over heads, large distances (the inputs drawn by the
+    term's ``seed`` when there is one). No variant changes the answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    first, (w, v), cases = _hidden_rescale_cases(seed)
+    _check_rescale_case(fn, *first)
+    _check_rescale_properties(fn, w, v)
     for distance, w, v in cases:
         _check_rescale_case(fn, distance, w, v)
     passed("da_rescale", public=False, detail=f"{len(cases) + 2} cases")
@@ -442,28 +514,86 @@ def check_da_attention(fn) -> None:
     passed("da_attention", public=True)
 
 
-def grade_da_attention(fn) -> None:
-    """Hidden grader: negative w, a single token, long sequences, value width other
-    than head_dim, mixed-sign w, causal with caches of other sizes."""
-    gen = torch.Generator().manual_seed(83)
+# (q, k, v, w, v_bias) of one da_attention case
+_AttentionInputs = tuple[torch.Tensor, ...]
+
+
+def _hidden_attention_cases(seed: int | None) -> tuple[
+    list[_AttentionInputs], list[_AttentionInputs], _AttentionInputs
+]:
+    """The hidden ``da_attention`` inputs: the cases without the mask, the causal
+    ones, and a last key/value cache without the mask. Fixed without a term seed;
+    else drawn by the seed with the same properties: a plain case, a single token,
+    negative w, a long sequence (20 to 32 positions, head_dim 16), a value width
+    other than head_dim, w of mixed signs with a zero among them (one w per head,
+    four heads); causal: negative w, a cache (k_len > q_len) with a value width
+    other than head_dim, one decoding step (one query, 6 to 12 keys); last, a cache
+    of at least twice q_len without the mask. The tensors come from a torch
+    generator seeded by the seed."""
+    if seed is None:
+        gen = torch.Generator().manual_seed(83)
+        cases = [
+            _random_case(gen, 2, 2, 5, 8),
+            _random_case(gen, 1, 1, 1, 4),
+            _random_case(gen, 2, 3, 6, 8, w_sign=-1.0),
+            _random_case(gen, 1, 2, 24, 16),
+            _random_case(gen, 3, 2, 9, 4, v_dim=6),
+        ]
+        q, k, v, _, v_bias = _random_case(gen, 2, 4, 8, 8)
+        cases.append((q, k, v, torch.tensor([0.5, -0.5, 0.0, 1.5]), v_bias))
+        causal_cases = [
+            _random_case(gen, 2, 3, 6, 8, w_sign=-1.0),
+            _random_case(gen, 2, 2, 4, 8, v_dim=5, k_len=10),
+            _random_case(gen, 1, 2, 1, 4, k_len=9),  # one decoding step
+        ]
+        return cases, causal_cases, _random_case(gen, 2, 2, 4, 8, k_len=11)
+    rng = term_rng(seed, "grade_da_attention")
+    gen = torch.Generator().manual_seed(rng.randrange(2**31))
+
+    def even(low: int, high: int) -> int:
+        return 2 * rng.randint(low // 2, high // 2)
+
+    def other_than(dim: int) -> int:
+        return rng.choice([d for d in range(3, 10) if d != dim])
+
+    dims = [even(4, 8), even(4, 8), even(4, 12), 16, even(4, 8)]
+    mixed = [round(rng.uniform(0.2, 1.0), 2), -round(rng.uniform(0.2, 1.0), 2), 0.0,
+             round(rng.uniform(1.0, 2.0), 2)]
+    rng.shuffle(mixed)
     cases = [
-        _random_case(gen, 2, 2, 5, 8),
-        _random_case(gen, 1, 1, 1, 4),
-        _random_case(gen, 2, 3, 6, 8, w_sign=-1.0),
-        _random_case(gen, 1, 2, 24, 16),
-        _random_case(gen, 3, 2, 9, 4, v_dim=6),
+        _random_case(gen, rng.randint(1, 3), 2, rng.randint(4, 8), dims[0]),
+        _random_case(gen, 1, 1, 1, dims[1]),
+        _random_case(gen, 2, 3, rng.randint(4, 8), dims[2], w_sign=-1.0),
+        _random_case(gen, 1, 2, rng.randint(20, 32), dims[3]),
+        _random_case(gen, rng.randint(2, 3), 2, rng.randint(6, 10), dims[4],
+                     v_dim=other_than(dims[4])),
     ]
-    q, k, v, _, v_bias = _random_case(gen, 2, 4, 8, 8)
-    cases.append((q, k, v, torch.tensor([0.5, -0.5, 0.0, 1.5]), v_bias))
+    q, k, v, _, v_bias = _random_case(gen, 2, 4, rng.randint(5, 9), even(4, 8))
+    cases.append((q, k, v, torch.tensor(mixed), v_bias))
+    q_len, head_dim = rng.randint(3, 5), even(4, 8)
+    causal_cases = [
+        _random_case(gen, 2, 3, rng.randint(4, 8), even(4, 8), w_sign=-1.0),
+        _random_case(gen, 2, 2, q_len, head_dim, v_dim=other_than(head_dim),
+                     k_len=q_len + rng.randint(3, 8)),
+        _random_case(gen, 1, 2, 1, even(4, 8), k_len=rng.randint(6, 12)),
+    ]
+    q_len = rng.randint(3, 5)
+    cache = _random_case(gen, 2, 2, q_len, even(4, 8),
+                         k_len=2 * q_len + rng.randint(1, 4))
+    return cases, causal_cases, cache
+
+
+def grade_da_attention(fn, variant: str | None = None, seed: int | None = None) -> None:
+    """Hidden grader: negative w, a single token, long sequences, value width other
+    than head_dim, mixed-sign w, causal with caches of other sizes (the sizes and
+    inputs drawn by the term's ``seed`` when there is one). No variant changes the
+    answer."""
+    variant_named(VARIANTS, variant, EXERCISE)
+    cases, causal_cases, cache = _hidden_attention_cases(seed)
     for case in cases:
         _check_attention_case(fn, *case)
-    causal_cases = [
-        _random_case(gen, 2, 3, 6, 8, w_sign=-1.0),
-        _random_case(gen, 2, 2, 4, 8, v_dim=5, k_len=10),
-        _random_case(gen, 1, 2, 1, 4, k_len=9),  # one decoding step
-    ]
     for case in causal_cases:
         _check_attention_case(fn, *case, causal=True)
-    _check_attention_case(fn, *_random_case(gen, 2, 2, 4, 8, k_len=11))
+    _check_attention_case(fn, *cache)
     n_cases = len(cases) + len(causal_cases) + 1
     passed("da_attention", public=False, detail=f"{n_cases} cases")
