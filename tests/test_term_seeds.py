@@ -92,6 +92,23 @@ OPEN_EDITION_CALLS: dict[str, str] = {
         "27936fe6ede2c128da493245f3d18eaa7a912b52c0d8351d42b8ab7f24b0c8c9",
     "grade_da_rescale":
         "031426a13d8b6e5d822d59b1c080be0efb62ccf806acb259b8d0e9f2548e01e4",
+    # ex09, ex10, ex11, before f330241: recorded from 4609fcd
+    "grade_fixed_decode_position_ids":
+        "6c7934622a414b242057ee95169273415ce4e6c9bed63dc120016c60221b560e",
+    "grade_fixed_rope_cos_sin":
+        "2f555f76adde6e6170ab89dd4506bb9ac0c0d99fbded9140138b9d55cd1bb34e",
+    "grade_fixed_sliding_window_mask":
+        "5e29271fc78295e92cec26c48c5bebb7a0f5a75cd5fa590c6c7dafb1ba7c6384",
+    "grade_log_distance_bias":
+        "8a8877b4028a3169237cd7f2defcae1d378f0351019b740496278d94004b8cee",
+    "grade_retained_skill":
+        "c1d287e8c905cb251da6ad6d58be7249d6d911ac3e67c47b88bd0aacd2f257f0",
+    "grade_llama3_scaled_frequencies":
+        "1c09b01bf3b1b9d43895f08dd6cda1f071cffd1272c9697bb50ae4c5d71d2527",
+    "grade_yarn_attention_factor":
+        "139c16a60faee96ef6713e32c9e8fb5e14fb82f3256341aacec1f312f258f621",
+    "grade_yarn_correction_range":
+        "7c915d151148c1b07ee010e98ce9bde180e2f4d761a63612c505894cfc780283",
 }
 
 
