@@ -17,9 +17,11 @@ A grader whose inputs are fixed by their nature (the student passes numbers, no
 function: ex03's hand computation) takes the term's values and draws nothing: it
 passes with every seed and makes no call.
 
-The drawing functions of ex01, ex03, ex07 and ex08 keep, for any seed, the
-properties their fixed cases were chosen for (their docstrings say which); the last
-tests check those over 50 seeds.
+The drawing functions of ex01, ex03, ex07, ex08, ex09, ex10 and ex11 keep, for any
+seed, the properties their fixed cases were chosen for (their docstrings say which);
+the last tests check those over 50 seeds (ex11's: off every setting chapter 11
+shows, too), and that the bug zoos of ex09 and ex11 are judged with drawn cases as
+with the fixed ones.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import importlib
 import inspect
 import io
 import json
+import math
 import pkgutil
 import re
 from pathlib import Path
@@ -320,3 +323,194 @@ def test_ex08_draws_keep_the_fixed_cases_properties() -> None:
         assert causal[1][2].shape[-1] != causal[1][0].shape[-1]
         assert causal[2][0].shape[2] == 1 < causal[2][1].shape[2]  # one step
         assert cache[1].shape[2] >= 2 * cache[0].shape[2]
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def test_ex09_draws_keep_the_fixed_cases_properties() -> None:
+    from course_lib.checks import ex09_bug_zoo as g09
+
+    half = (torch.float16, torch.bfloat16)
+    for seed in SEEDS:
+        cases = g09._hidden_cos_sin_cases(seed)
+        assert len(cases) == 8 and cases[0][1:] == (8, torch.float32)
+        assert cases[0][0].tolist() == list(range(6))  # the public case stays
+        assert all(int(p.max()) <= 5000 and d % 2 == 0 for p, d, _t in cases)
+        assert any(d == 2 and len(p) == 1 for p, d, _t in cases)
+        assert any(t == torch.float64 for _p, _d, t in cases)
+        listed = [p.tolist() for p, _d, t in cases if t in half]
+        assert any(values != sorted(values) for values in listed)  # unsorted
+        # each half-precision case has positions its dtype cannot hold (float16: odd
+        # past 2048, bfloat16: most past 256), where rounded positions go wrong
+        for p, _d, t in cases:
+            if t in half:
+                assert bool((p.to(t).double() != p.double()).any()), (seed, p, t)
+        f16 = [p.tolist() for p, _d, t in cases if t == torch.float16]
+        assert any(min(values) < 2048 < max(values) for values in f16)  # across 2048
+        bf16 = [p.tolist() for p, _d, t in cases if t == torch.bfloat16]
+        assert any(max(values) >= 4500 and min(values) <= 10 for values in bf16)
+
+        decode = g09._hidden_decode_cases(seed)
+        assert len(decode) == 8
+        for mask, n_new in decode:
+            row = mask.long()
+            # left padding: each row is zeros, then ones
+            assert bool((row.diff(dim=1) >= 0).all()) and 1 <= n_new <= row.shape[1]
+        assert any(m.dtype == torch.bool for m, _n in decode)
+        assert any(m.shape[0] == 1 and bool((m == 0).any()) and n > 1
+                   for m, n in decode)  # one padded row, several new tokens
+        assert any(bool(m.all()) and n == m.shape[1] > 1 for m, n in decode)  # prompt
+        real = [(m.long().sum(1), m.shape[1], n) for m, n in decode if m.shape[0] == 2]
+        padded_and_full = [n for r, width, n in real if r.min() < width == r.max()]
+        assert {n == 1 for n in padded_and_full} == {True, False}
+        left = decode[-1][0]
+        assert decode[-1][1] == left.shape[1] and decode[-2][0] is left
+        assert bool((left.sum(1) * 2 >= left.shape[1]).all())  # half the row real
+        assert 1 < decode[-2][1] <= int(left.sum(1).min())  # new tokens all real
+
+        window = g09._hidden_window_cases(seed)
+        assert window[:2] == ((7, 7, 3), (2, 9, 4))  # the public cases stay
+        assert all(1 <= q <= k for q, k, _w in window)
+        assert any(w == 1 < q == k for q, k, w in window)
+        assert any(q == k < w for q, k, w in window)
+        assert (1, 1, 1) in window and any(q == 1 < w < k for q, k, w in window)
+        assert any(q == w < k for q, k, w in window)  # a chunk after a cache
+        assert any(q == k == w >= 10 for q, k, w in window)
+
+
+def test_ex10_draws_keep_the_fixed_cases_properties() -> None:
+    from course_lib.checks import ex10_lab as g10
+
+    for seed in SEEDS:
+        shapes = g10._hidden_bias_shapes(seed)
+        assert shapes[:3] == ((4, 6), (1, 3), (8, 5))  # the public shapes stay
+        assert all(_power_of_two(h) for h, _s in shapes)  # as the task says
+        assert any(s == 1 for _h, s in shapes) and any(h >= 16 for h, _s in shapes)
+        assert any(s > 32 for _h, s in shapes)  # far past the lab's length 8
+        seeds, chosen, flat = g10._hidden_retained_cases(seed)
+        assert len(set(seeds)) == 2 and len(chosen) == 2
+        for cases in chosen:
+            chances = sorted(c for _t, _m, c in cases)
+            assert chances[0] == 0.0 and 0.05 <= chances[1] <= 0.125
+            assert 0.25 <= chances[2] <= 0.5
+            assert len({(t, m) for t, m, _c in cases}) == 3
+        # a method flat at chance: not above chance at L, nan everywhere
+        assert len({r["mean"] for r in flat}) == 1 and len(flat) == 3
+        lengths = [r["length"] for r in flat]
+        assert lengths == [lengths[0], 2 * lengths[0], 4 * lengths[0]]
+    assert g10._hidden_retained_cases(1) != g10._hidden_retained_cases(2)
+
+
+def _ex11_lengths_shown() -> set[int]:
+    """The training lengths chapter 11 shows: its cells' 512, 2048 and 8192, its
+    figures' (interactive.YARN_TRAINING_LENGTH) and the lab's."""
+    from course_lib.experiments import stored_results
+    from course_lib.viz import interactive
+
+    lab = stored_results()["meta"]["settings"]["train_length"]
+    return {512, 2048, 8192, interactive.YARN_TRAINING_LENGTH, lab}
+
+
+def test_ex11_draws_stay_off_chapter_11_and_keep_the_fixed_cases_properties() -> None:
+    from course_lib.checks import ex11_long_context as g11
+    from course_lib.rope_scaling import (
+        llama3_scaled_frequencies,
+        yarn_attention_factor,
+        yarn_correction_dim,
+        yarn_correction_range,
+    )
+
+    shown = _ex11_lengths_shown()
+    assert all(_power_of_two(n) for n in shown)  # the rule the draws rely on
+    for seed in SEEDS:
+        ranges = g11._hidden_range_cases(seed)
+        assert len(ranges) == 7
+        for fast, slow, d, base, L, truncate in ranges:
+            assert not _power_of_two(L) and L not in shown
+            for r in (fast, slow):  # float32 rounds each end the same way
+                x = yarn_correction_dim(r, d, base, L)
+                assert abs(x - round(x)) >= 0.01, (seed, r, x)
+            expected = yarn_correction_range(fast, slow, d, base, L, truncate=truncate)
+            for m in g11._range_mistakes(fast, slow, d, base, L, truncate):
+                gap = max(abs(a - e) for a, e in zip(m.answer, expected, strict=True))
+                assert gap == 0.0 or gap >= 100 * g11._RANGE_ATOL, (seed, m.mistake)
+        fractional = [c for c in ranges if not c[5]]
+        assert len(fractional) == 1
+        fast, _slow, d, base, L, _t = fractional[0]
+        assert L < 2 * math.pi * fast  # even pair 0 turns fewer than beta_fast times
+        assert yarn_correction_range(*fractional[0][:5], truncate=False)[0] == 0
+        assert any(base >= 500000 for _f, _s, _d, base, _L, _t in ranges)
+        assert any(not _power_of_two(d) for _f, _s, d, _b, _L, _t in ranges)
+        assert any(d >= 256 for _f, _s, d, _b, _L, _t in ranges)
+        assert any((f, s) != (32.0, 1.0) and f not in (8, 16, 32, 64)
+                   for f, s, *_ in ranges)  # betas off the figure's sliders
+
+        factors = g11._hidden_attention_cases(seed)
+        assert len(factors) == 7 and factors[0] == (1.0, None, None)
+        for s, m1, m2 in factors:
+            assert s == 1.0 or s != int(s)  # chapter 11's factors are whole numbers
+            expected = yarn_attention_factor(s, m1, m2)
+            for m in g11._attention_mistakes(s, m1, m2):
+                gap = abs(m.answer - expected)
+                assert gap <= 1e-15 or gap >= 1000 * g11._ATTENTION_ATOL, (seed, m)
+        plain = [s for s, m1, m2 in factors if m1 is None and m2 is None]
+        assert any(s < 1 for s in plain) and any(1 < s < 4 for s in plain)
+        assert any(s > 64 for s in plain)
+        scaled = [(m1, m2) for _s, m1, m2 in factors if m1 is not None]
+        assert any(m1 == m2 for m1, m2 in scaled)
+        assert any(m1 != m2 and abs(m1 - m2) >= 0.2 for m1, m2 in scaled)
+        assert any(m1 is None and m2 is not None for _s, m1, m2 in factors)
+
+        bands = g11._band_hidden_cases(seed)
+        assert len(bands) == 4 and sum(c[1] == 1.0 for c in bands) == 1
+        for inv_freq, s, L, alpha, beta, _label in bands:
+            assert not _power_of_two(L) and L not in shown
+            assert s == 1.0 or s != int(s)
+            expected = llama3_scaled_frequencies(inv_freq, s, L, alpha, beta).double()
+            gaps = [((m.answer.double() - expected).abs() / expected).max().item()
+                    for m in g11._band_mistakes(inv_freq, s, L, alpha, beta)]
+            if s == 1.0:
+                assert inv_freq.dtype == torch.float32 and max(gaps) <= 1e-6
+            else:  # every known mistake is met, far outside the tolerance
+                assert min(gaps) >= 1000 * g11._FREQ_RTOL, (seed, gaps)
+        assert any(s >= 16 for _i, s, *_ in bands)
+        assert any((alpha, beta) != (1.0, 4.0) for _i, _s, _L, alpha, beta, _l in bands)
+        scattered = bands[-1][0]
+        assert scattered.dtype == torch.float32 and len(scattered) == 40
+        ratios = scattered[1:].double() / scattered[:-1].double()
+        assert float(ratios.max() - ratios.min()) > 0.1  # not a geometric sequence
+
+
+def _zoo_params(assignment: str) -> list:
+    zoo = importlib.import_module(f"zoo.{assignment}")
+    return [
+        pytest.param(assignment, name, fn, fragment, id=f"{name}-{fn.__name__}")
+        for name, fns in zoo.CORRECT.items() for fn in fns
+        for fragment in (None,)
+    ] + [
+        pytest.param(assignment, name, fn, fragment, id=f"{name}-{fn.__name__}")
+        for name, entries in zoo.WRONG.items() for fn, fragment, _public in entries
+    ]
+
+
+@pytest.mark.parametrize("assignment,name,fn,fragment",
+                         _zoo_params("ex09_bug_zoo") + _zoo_params("ex11_long_context"))
+def test_the_drawn_cases_judge_the_zoo_as_the_fixed_ones(assignment, name, fn,
+                                                          fragment) -> None:
+    """Each correct implementation of tests/zoo passes the hidden grader with a
+    term's seed, each wrong one is rejected with the message that names its
+    mistake, as with the fixed cases."""
+    from course_lib.checks import CheckFailed
+
+    grade = getattr(importlib.import_module(f"course_lib.checks.{assignment}"),
+                    f"grade_{name}")
+    for seed in (SEED, SEED + 1, 7):
+        with contextlib.redirect_stdout(io.StringIO()):
+            if fragment is None:
+                grade(fn, "default", seed)
+                continue
+            with pytest.raises(CheckFailed) as failed:
+                grade(fn, "default", seed)
+        assert fragment in str(failed.value), (seed, str(failed.value))
