@@ -544,11 +544,12 @@ def _attention_case_fits(case: tuple) -> bool:
 def _hidden_attention_cases(seed: int | None) -> tuple:
     """The hidden ``(factor, mscale, mscale_all_dim)`` cases: :data:`_ATTENTION_HIDDEN`
     without a term seed; else drawn by the seed with its properties: s = 1 (the
-    boundary, every term), s between 1 and 4, a large s (65.5 to 256.5), s below 1
-    (0.05 to 0.95, not the public 0.5), unequal scales (0.3 to 1.5, at least 0.2
-    apart), equal scales (0.5 to 1.5) and mscale_all_dim alone (0.5 to 3). Every s
-    other than 1 is not a whole number (chapter 11's factors all are); each case
-    passes :func:`_attention_case_fits`."""
+    boundary, every term), s between 1 and 4 (1.01 to 3.99 in steps of 0.01), a
+    large s (65.5 to 256.5), s below 1 (0.05 to 0.95, not the public 0.5), unequal
+    scales (each 0.3 to 1.5, at least 0.2 apart; s 4.5 to 63.5), equal scales (0.5
+    to 1.5; s 16.5 to 80.5) and mscale_all_dim alone (0.5 to 3; s 2.5 to 32.5).
+    Every s other than 1 is not a whole number (chapter 11's factors all are); each
+    case passes :func:`_attention_case_fits`."""
     if seed is None:
         return _ATTENTION_HIDDEN
     rng = term_rng(seed, "grade_yarn_attention_factor")
