@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from test_student_wheel import make_student_venv
+from test_student_wheel import _NOT_A_STUDENTS, make_student_venv
 
 from course_lib.grading.editions import library as edition
 from course_lib.grading.editions.launch import chapter_notebook_path
@@ -183,11 +183,7 @@ def _tree(where: Path, texts: dict[str, str], solved: tuple[str, ...] = ()) -> P
 
 
 def _run_all(paths: list[Path], venv: Path, jupyter: Path) -> dict[Path, dict]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_A_STUDENTS}
     env["JUPYTER_PATH"] = str(jupyter)
     # a student's kernel: no course venv on its PATH, one thread like the tests
     env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
