@@ -149,6 +149,8 @@ def test_course_release_gives_a_new_assignment_the_cell(tmp_path: Path) -> None:
     nb["cells"] = [
         c for c in nb["cells"] if SETUP_TAG not in c["metadata"].get("tags", [])
     ]
+    for c in nb["cells"]:  # ex05's term variants belong to its own checks module
+        c["metadata"].pop("course_variants", None)
     (src / "ex99_new.ipynb").write_text(json.dumps(nb, indent=1))
     (result,) = release(Course(course), "ex99_new")
     expected = setup_cell_source(read_settings(ROOT))

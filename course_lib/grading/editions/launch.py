@@ -308,6 +308,27 @@ def strip_open_only(text: str) -> str:
     return ONLY_OPEN.sub("", text)
 
 
+# Either edition's block, for a notebook (which has no ``{only}`` directive): the
+# fence's opening line, its body, its closing line.
+_ONLY_BLOCK = re.compile(
+    r"^(?P<fence>:{3,})\{only\}\s+(?P<not>not\s+)?class_edition[ \t]*\n"
+    r"(?P<body>.*?)^(?P=fence)[ \t]*(?:\n|\Z)",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def edition_text(text: str, *, class_edition: bool) -> str:
+    """``text`` as one edition's notebook shows it: the other edition's ``{only}``
+    blocks left out, this edition's kept without their fences (Jupyter would show
+    the directive as text)."""
+
+    def keep(match: re.Match) -> str:
+        open_only = bool(match.group("not"))
+        return "" if open_only == class_edition else match.group("body")
+
+    return _ONLY_BLOCK.sub(keep, text)
+
+
 def read_settings(root: str | Path) -> LaunchSettings | None:
     """The launch settings of the course at ``root``; ``None`` when it has no
     ``_config.yml`` (a scratch grading folder): its notebooks are left as they are."""
@@ -440,8 +461,9 @@ def chapter_notebook(
     class_edition: bool = False,
 ) -> str:
     """The text of the chapter notebook of ``page``: its MyST cells (jupytext), the
-    set-up cell in front, no outputs, stable cell ids. ``class_edition``: without the
-    open-edition-only blocks (the solution dropdowns)."""
+    set-up cell in front, no outputs, stable cell ids. Each edition's notebook holds
+    its own ``{only}`` blocks' text and leaves out the other's (:func:`edition_text`):
+    the class edition has no solution dropdowns."""
     import jupytext
 
     nb = jupytext.read(Path(root) / f"{page}.md", fmt="md:myst")
@@ -481,11 +503,12 @@ def chapter_notebook(
 
     for i, cell in enumerate(data["cells"]):
         cell["id"] = f"cell-{i}"
-        if class_edition:
+        if cell["cell_type"] == "markdown":
             src = cell["source"]
             joined = "".join(src) if isinstance(src, list) else src
-            if ONLY_OPEN.search(joined):
-                cell["source"] = strip_open_only(joined).splitlines(keepends=True)
+            if _ONLY_BLOCK.search(joined):
+                kept = edition_text(joined, class_edition=class_edition)
+                cell["source"] = kept.splitlines(keepends=True)
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
         elif class_edition and cell["cell_type"] == "markdown":
