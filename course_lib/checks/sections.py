@@ -99,7 +99,7 @@ SECTIONS: dict[str, Section] = {
     "fixed_rope_cos_sin": Section(
         _ROPE,
         "rope-precision",
-        "Precision: angles in half precision go wrong at long positions",
+        "Precision at long positions",
     ),
     "fixed_decode_position_ids": _PADDED_IDS,
     "fixed_sliding_window_mask": Section(
