@@ -176,19 +176,13 @@ def test_seeded_t5_cases_avoid_the_figure_settings() -> None:
         assert not set(drawn) & set(interactive.T5_MAX_DISTANCES), (seed, drawn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ex04's seeded hidden head sizes (_hidden_frequency_dims) draw two of "
-    "6, 10, ..., 62, so 14, the rope figure's head size, in 29 of seeds 0-199; the "
-    "grader should leave ROPE_HEAD_DIM out, as ex06 leaves out _FIGURE_DISTANCES "
-    "(course_lib/checks is not this test's owner's to change)",
-)
 def test_seeded_rope_head_sizes_avoid_the_figure_head() -> None:
     """With a term's seed, rope_frequencies is graded on head sizes drawn anew; the
     class edition's rope figure (angles at position 1 = the frequencies of a
     ROPE_HEAD_DIM head) must not be one of them."""
     from course_lib.checks import ex04_rope
 
+    assert interactive.ROPE_HEAD_DIM in ex04_rope._FIGURE_HEAD_DIMS
     hit = [s for s in range(200)
            if interactive.ROPE_HEAD_DIM in ex04_rope._hidden_frequency_dims(s)]
     assert not hit, f"seeds drawing head size {interactive.ROPE_HEAD_DIM}: {hit[:5]}"

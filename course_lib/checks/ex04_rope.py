@@ -160,6 +160,12 @@ def check_rope_frequencies(rope_frequencies: Callable) -> None:
     passed("rope_frequencies", public=True)
 
 
+# The head size of chapter 4's interactive rope figure (both editions): its data hold
+# rope_frequencies of it (course_lib.viz.interactive.ROPE_HEAD_DIM; the test
+# test_interactive_figures keeps the two equal), so no term draws it.
+_FIGURE_HEAD_DIMS = (14,)
+
+
 def _hidden_frequency_dims(seed: int | None) -> tuple[int, ...]:
     """The hidden head dimensions: fixed without a term seed; else drawn by the seed
     with the same properties: head_dim 2 (one pair), two odd numbers of pairs, an
@@ -167,7 +173,9 @@ def _hidden_frequency_dims(seed: int | None) -> tuple[int, ...]:
     if seed is None:
         return (2, 6, 10, 16, 64, 128)
     rng = term_rng(seed, "grade_rope_frequencies")
-    odd = rng.sample(range(6, 64, 4), 2)  # 6, 10, ..., 62: 3, 5, ..., 31 pairs
+    # 6, 10, ..., 62: 3, 5, ..., 31 pairs, but not the head of chapter 4's
+    # interactive figure, whose angles at position 1 are its frequencies
+    odd = rng.sample([d for d in range(6, 64, 4) if d not in _FIGURE_HEAD_DIMS], 2)
     even = rng.choice(range(12, 64, 4))  # 12, 16, ..., 60: 6, 8, ..., 30 pairs
     wide = rng.sample(range(64, 258, 2), 2)
     return (2, *sorted(odd), even, *sorted(wide))
