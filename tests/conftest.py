@@ -30,26 +30,25 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
-# The longest files, longest first, with about the seconds each took in fresh-clone
-# runs of `make test` (3 workers on 2 cores, 2026-11-27: the times its temporary
-# folders were written, and each file run alone): under pytest-xdist each
-# worker takes the next file when it is done with one, so these start at once and
-# the many short files fill in at the end. The book's browser tests
-# (book_visits.FILES, one work unit) and tests/test_class_notebooks_run.py wait for
-# the book build (started as the run begins: about three minutes on a fresh clone);
-# the browser tests come after the files that need nothing, so that no more than
-# one worker waits for the book.
+# The longest files, longest first, with about the seconds each takes in `make test`
+# (3 workers on 2 cores; 2026-11-27, from the times one fresh-clone run wrote its
+# temporary folders and from each file run alone): under pytest-xdist each worker
+# takes the next file when it is done with one, so these start at once and the many
+# short files fill in at the end. The book's browser tests (book_visits.FILES, one
+# work unit) and tests/test_class_notebooks_run.py wait for the book build (started
+# as the run begins: about three minutes on a fresh clone); the browser tests come
+# after the files that need nothing, so that no more than one worker waits for it.
 LONGEST_FIRST = (
-    "test_class_notebooks_run.py",  # 160-300 (the book build, then 25 notebooks)
+    "test_class_notebooks_run.py",  # 150-250: the book build, then 25 notebooks
     "test_hub.py",  # 100-135
     "test_cluster.py",  # about 120
     "test_giveaways.py",  # about 100
     "test_e2e_class.py",  # about 100
     "test_late.py",  # about 90
-    "test_accessibility.py",  # the browser tests, after the book build
+    "test_accessibility.py",  # the browser tests, once the book is built
     "test_feedback_pages.py",  # about 60
-    "test_release_feedback.py",  # about 30
     "test_student_wheel.py",  # about 45
+    "test_release_feedback.py",  # about 40
 )
 
 
