@@ -526,3 +526,27 @@ def test_launch_and_download_links_open_repository_files(
             )
         checked += 1
     assert checked >= len(launch) + len(downloads)
+
+
+def test_class_chapter_notebook_leaves_out_open_edition_only_code() -> None:
+    """Chapter 4's cell that computes the open edition's diagnosis of exercise 9's
+    first bug (tagged open-edition-only) is in the open chapter notebook and not in
+    the class one; every other code cell is in both."""
+    from course_lib.grading.editions.launch import OPEN_ONLY_TAG
+
+    settings = read_settings(ROOT)
+    text = (ROOT / "book/04-rope.md").read_text()
+    assert f":tags: [remove-input, {OPEN_ONLY_TAG}]" in text
+    open_cells = json.loads(chapter_notebook(ROOT, "book/04-rope", settings))["cells"]
+    class_cells = json.loads(
+        chapter_notebook(ROOT, "book/04-rope", settings, class_edition=True))["cells"]
+
+    def code(cells):
+        return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+    tagged = [c for c in open_cells if OPEN_ONLY_TAG in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1 and "neox_err" in "".join(tagged[0]["source"])
+    assert not any("neox_err" in src for src in code(class_cells))
+    kept = [src for src in code(open_cells) if src != "".join(tagged[0]["source"])]
+    assert kept[1:] == [src for src in code(class_cells)
+                        if 'start_chapter("04-rope")' not in src][1:]

@@ -303,6 +303,13 @@ ONLY_OPEN = re.compile(
 )
 
 
+# A code cell a chapter tags so: it computes what only the open edition's text
+# quotes (chapter 4's diagnosis of exercise 9's first bug), so the class edition's
+# chapter notebook leaves it out (its page shows no input of it either: the cell is
+# also tagged remove-input and prints nothing).
+OPEN_ONLY_TAG = "open-edition-only"
+
+
 def strip_open_only(text: str) -> str:
     """``text`` without its ``{only} not class_edition`` blocks."""
     return ONLY_OPEN.sub("", text)
@@ -463,7 +470,8 @@ def chapter_notebook(
     """The text of the chapter notebook of ``page``: its MyST cells (jupytext), the
     set-up cell in front, no outputs, stable cell ids. Each edition's notebook holds
     its own ``{only}`` blocks' text and leaves out the other's (:func:`edition_text`):
-    the class edition has no solution dropdowns."""
+    the class edition has no solution dropdowns, nor the code cells tagged
+    :data:`OPEN_ONLY_TAG`."""
     import jupytext
 
     nb = jupytext.read(Path(root) / f"{page}.md", fmt="md:myst")
@@ -501,6 +509,11 @@ def chapter_notebook(
                 return f"]({name}.ipynb{anchor})"
             return f"]({base}{name}.html{anchor})"
 
+    if class_edition:  # code that only the open edition's text needs
+        data["cells"] = [
+            c for c in data["cells"]
+            if OPEN_ONLY_TAG not in (c.get("metadata", {}).get("tags") or [])
+        ]
     for i, cell in enumerate(data["cells"]):
         cell["id"] = f"cell-{i}"
         if cell["cell_type"] == "markdown":
