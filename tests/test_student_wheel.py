@@ -99,13 +99,31 @@ def _literals(node: ast.AST) -> set[str]:
 
 def _hidden_literals() -> set[str]:
     """The literal case tables of every hidden grader that no public part of its
-    module has: the hidden cases' inputs."""
+    module has: the hidden cases' inputs. A hidden grader's part is the grader and
+    every private function that only hidden parts name (a term's cases are drawn by
+    such functions, ``_hidden_bias_cases(seed)``, which hold the fixed cases)."""
     out: set[str] = set()
     for path in sorted((PACKAGE / "checks").glob("ex*_*.py")):
         tree = ast.parse(path.read_text())
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        users: dict[str, set[str]] = {name: set() for name in defs}
+        for node in tree.body:  # which top-level statements name each function
+            named = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            owner = node.name if isinstance(node, ast.FunctionDef) else f"<{id(node)}>"
+            for name in named & set(defs) - {owner}:
+                users[name].add(owner)
+        hidden_parts = {name for name in defs if name.startswith("grade_")}
+        while True:
+            more = {
+                name for name, used_by in users.items()
+                if name.startswith("_") and used_by and used_by <= hidden_parts
+            } - hidden_parts
+            if not more:
+                break
+            hidden_parts |= more
         hidden, public = set(), set()
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("grade_"):
+            if isinstance(node, ast.FunctionDef) and node.name in hidden_parts:
                 hidden |= _literals(node)
             else:
                 public |= _literals(node)
