@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -120,13 +121,24 @@ def test_slope_divided_by_the_scale_before_scaling_is_the_unscaled_bias(
 def test_chapter_5_glues_every_number_it_cites() -> None:
     """Ch. 5: the half-lives in the prose are glued from the cell that computes them
     (no hand-typed copy of 1.4 ... 177 in the text), and the glued values are
-    ln 2 / m for the steepest and the gentlest of eight heads."""
+    ln 2 / m for the steepest and the gentlest of eight heads; so are BLOOM's extra
+    heads (112 - 64), sqrt(d) for the scaling and the colour-scale ratio of the first
+    figure (re-read of chapter 5)."""
     prose, code = _prose(CH5), _code(CH5)
     used = set(re.findall(r"\{glue:text\}`([\w]+)", prose))
     glued = set(re.findall(r"glue\(\"(\w+)\"", code))
-    assert used == {"alibi_half_first", "alibi_half_last"}
+    assert used == {
+        "alibi_half_first",
+        "alibi_half_last",
+        "bloom_extra_heads",
+        "alibi_sqrt_64",
+        "alibi_sqrt_128",
+        "alibi_shade_ratio",
+    }
     assert used <= glued
     assert "177" not in prose and "1.4, 2.8" not in prose
+    for typed in ("so 48 of", "eight times for", "Dark cells are strongly"):
+        assert typed not in " ".join(prose.split()), typed
     half = math.log(2) / cl.alibi_slopes(8).double()
     assert f"{half[0].item():.1f}" == f"{2 * math.log(2):.1f}"
     assert f"{half[-1].item():.0f}" == f"{256 * math.log(2):.0f}"
@@ -458,3 +470,45 @@ def test_why_it_works_listing_is_open_edition_only_and_right() -> None:
     padded = torch.cat((torch.zeros(q_len, 1), x), dim=1)
     gathered = padded[scope["src_row"], scope["src_col"]]
     assert torch.equal(gathered, cl.rel_shift(x))
+
+
+def _cell_with(chapter: Path, marker: str) -> str:
+    """The code of the one code cell of ``chapter`` that contains ``marker``."""
+    cells = re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", chapter.read_text(), re.S)
+    (cell,) = [c for c in cells if marker in c]
+    return cell
+
+
+def test_alibi_property_cell_rejects_a_bias_without_the_absolute_value() -> None:
+    """Ch. 5 (re-read, B1): the cell that checks the properties of (alibi-bias-last)
+    on the library's bias passes on the library and fails on the bias without the
+    absolute value, -m (i' - j), exercise 5's named mistake, which is zero at the own
+    key and changes by one per step as well (only the direction tells it apart)."""
+    cell = _cell_with(CH5, "own_key = (D == 0)")
+    exec(cell, {"torch": torch, "cl": cl})  # noqa: S102 - the course's own chapter
+
+    def signed_bias(n_heads, q_len, k_len=None, causal=False):
+        k_len = q_len if k_len is None else k_len
+        i = torch.arange(q_len)[:, None] + k_len - q_len
+        j = torch.arange(k_len)[None, :]
+        bias = -cl.alibi_slopes(n_heads)[:, None, None] * (i - j)
+        return bias.masked_fill(j > i, float("-inf")) if causal else bias
+
+    wrong = types.SimpleNamespace(
+        alibi_bias=signed_bias,
+        alibi_slopes=cl.alibi_slopes,
+        causal_mask=cl.causal_mask,
+    )
+    with pytest.raises(AssertionError):
+        exec(cell, {"torch": torch, "cl": wrong})  # noqa: S102
+
+
+def test_bloom_form_argmax_is_checked_for_every_query_and_head() -> None:
+    """Ch. 5 (re-read, B2): 'the +m j form puts the most weight on the last key,
+    wherever the query is' is asserted for all 9 queries of all 8 heads, not one."""
+    cell = _cell_with(CH5, "alibi_bias_bloom_style(8, 9)")
+    assert "paper[0, 4].argmax() == 4" not in cell
+    namespace = {"torch": torch, "cl": cl, "print": lambda *a, **k: None}
+    exec(cell, namespace)  # noqa: S102 - the course's own chapter
+    assert namespace["bloom"].argmax(-1).eq(8).all()
+    assert namespace["paper"].argmax(-1).eq(torch.arange(9)).all()
