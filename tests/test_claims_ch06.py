@@ -149,3 +149,41 @@ def test_library_docstrings_say_what_shaw_and_mesh_tf_do() -> None:
     t5 = " ".join(cl.t5_relative_position_bucket.__doc__.split())
     assert "match it exactly" not in t5
     assert "need not agree bit for bit" in t5
+
+
+def test_reread_ch06_numbers_and_claims_are_computed() -> None:
+    """Re-read (reread-ch06-11.md items 1-4): the T5 staircase's numbers are glued from
+    the figure's data, the longer history is said to keep the logits (not the weights),
+    and the row-constant remark names -m|i - j| as the one that needs the causal mask."""
+    flat = " ".join(TEXT.split())
+    assert "offset by 16" not in flat and "(0 to 15)" not in flat
+    for name in ("t5_bi_offset", "t5_causal_exact_last", "t5_last_causal", "t5_last_bi"):
+        assert "{glue:text}`" + name + "`" in TEXT and f'glue("{name}"' in TEXT
+    assert "does not change how the last query treats" not in flat
+    assert "only the normalisation changes" in flat
+    assert "agree under a causal mask)" not in flat
+    assert "$-m\\,\\lvert i-j\\rvert$ gives them too under a causal mask" in flat
+    assert "assert torch.equal(bias[1:, 1:], bias[:-1, :-1]), name" in TEXT
+
+
+@pytest.mark.parametrize("n, D", [(32, 128), (16, 64)])
+def test_t5_staircase_facts_the_chapter_glues(n, D) -> None:
+    """Bidirectional future keys sit n/2 above their mirrored past key; the causal variant
+    keeps distances 0 .. n/2 - 1 exact and starts its last bucket later."""
+    r = torch.arange(1, 4 * D)
+    bi_past = cl.t5_relative_position_bucket(-r, bidirectional=True, num_buckets=n,
+                                             max_distance=D)
+    bi_future = cl.t5_relative_position_bucket(r, bidirectional=True, num_buckets=n,
+                                               max_distance=D)
+    assert set((bi_future - bi_past).tolist()) == {n // 2}
+    dist = torch.arange(0, 4 * D)
+    causal = cl.t5_relative_position_bucket(-dist, bidirectional=False, num_buckets=n,
+                                            max_distance=D)
+    counts = torch.bincount(causal)
+    exact = [int(x) for x in dist if counts[causal[x]] == 1]
+    assert exact == list(range(n // 2))
+    bi_all = cl.t5_relative_position_bucket(-dist, bidirectional=True, num_buckets=n,
+                                            max_distance=D)
+    last_bi = int(dist[bi_all == n // 2 - 1].min())
+    last_causal = int(dist[causal == n - 1].min())
+    assert last_bi < last_causal < D
