@@ -217,13 +217,51 @@ def _rotate(x: torch.Tensor, angles: torch.Tensor, pairing: str) -> torch.Tensor
     return torch.cat((ra, rb), dim=-1)  # (..., seq, d)
 
 
+def _position_and_frequency_slips(x: torch.Tensor, positions: torch.Tensor,
+                                  pairing: str) -> list[Mistake]:
+    """The wrong answers either pairing can have: positions reversed or ignored, the
+    exponent off by a factor of 2 either way (rotated with ``pairing``)."""
+    d, seq = x.shape[-1], x.shape[-2]
+    i = torch.arange(d // 2, dtype=torch.float64)
+    pos = positions.double()
+
+    def angles(p: torch.Tensor, t: torch.Tensor = 10000.0 ** (-2 * i / d)
+               ) -> torch.Tensor:
+        return p[:, None] * t[None, :]  # (seq, d/2)
+
+    return [
+        Mistake(
+            _rotate(x, angles(pos.flip(0)), pairing),
+            "the positions are reversed: token t must be rotated by positions[t]",
+            "positions-reversed",
+        ),
+        Mistake(
+            _rotate(x, angles(torch.arange(seq, dtype=torch.float64)), pairing),
+            "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
+            "token t by positions[t], e.g. an offset when decoding with a KV cache",
+            "positions-ignored",
+        ),
+        Mistake(
+            _rotate(x, angles(pos, 10000.0 ** (-i / d)), pairing),
+            "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-i-not-2i",
+        ),
+        Mistake(
+            _rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), pairing),
+            "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
+            "10000^(-2i/head_dim)",
+            "exponent-4i",
+        ),
+    ]
+
+
 def _rope_mistakes(x: torch.Tensor, positions: torch.Tensor
                    ) -> list[Mistake]:
     d = x.shape[-1]
     i = torch.arange(d // 2, dtype=torch.float64)
     theta = 10000.0 ** (-2 * i / d)  # (d/2,)
     pos = positions.double()
-    seq = x.shape[-2]
 
     def angles(p: torch.Tensor, t: torch.Tensor = theta) -> torch.Tensor:
         return p[:, None] * t[None, :]  # (seq, d/2)
@@ -249,29 +287,7 @@ def _rope_mistakes(x: torch.Tensor, positions: torch.Tensor
             "(a, b) -> (a cos - b sin, a sin + b cos)",
             "rotation-reversed",
         ),
-        Mistake(
-            _rotate(x, angles(pos.flip(0)), "interleaved"),
-            "the positions are reversed: token t must be rotated by positions[t]",
-            "positions-reversed",
-        ),
-        Mistake(
-            _rotate(x, angles(torch.arange(seq, dtype=torch.float64)), "interleaved"),
-            "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
-            "token t by positions[t], e.g. an offset when decoding with a KV cache",
-            "positions-ignored",
-        ),
-        Mistake(
-            _rotate(x, angles(pos, 10000.0 ** (-i / d)), "interleaved"),
-            "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
-            "10000^(-2i/head_dim)",
-            "exponent-i-not-2i",
-        ),
-        Mistake(
-            _rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), "interleaved"),
-            "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
-            "10000^(-2i/head_dim)",
-            "exponent-4i",
-        ),
+        *_position_and_frequency_slips(x, positions, "interleaved"),
         Mistake(
             _rotate(x, right.flip(-1), "interleaved"),
             "the frequencies are in reversed order: pair 0 turns fastest (theta_0 = 1)",
@@ -301,7 +317,6 @@ def _rotate_half_rope_mistakes(x: torch.Tensor, positions: torch.Tensor
     i = torch.arange(d // 2, dtype=torch.float64)
     theta = 10000.0 ** (-2 * i / d)  # (d/2,)
     pos = positions.double()
-    seq = x.shape[-2]
     xd = x.double()
     rotated_half = torch.cat((-xd[..., d // 2:], xd[..., :d // 2]), dim=-1)
 
@@ -351,29 +366,7 @@ def _rotate_half_rope_mistakes(x: torch.Tensor, positions: torch.Tensor
             "[-x[d/2:] | x[:d/2]], so (a, b) -> (a cos - b sin, a sin + b cos)",
             "rotation-reversed",
         ),
-        Mistake(
-            _rotate(x, angles(pos.flip(0)), "half"),
-            "the positions are reversed: token t must be rotated by positions[t]",
-            "positions-reversed",
-        ),
-        Mistake(
-            _rotate(x, angles(torch.arange(seq, dtype=torch.float64)), "half"),
-            "the positions argument is ignored (0, 1, 2, ... used instead); rotate "
-            "token t by positions[t], e.g. an offset when decoding with a KV cache",
-            "positions-ignored",
-        ),
-        Mistake(
-            _rotate(x, angles(pos, 10000.0 ** (-i / d)), "half"),
-            "the exponent is off by a factor of 2 (i instead of 2i): theta_i = "
-            "10000^(-2i/head_dim)",
-            "exponent-i-not-2i",
-        ),
-        Mistake(
-            _rotate(x, angles(pos, 10000.0 ** (-4 * i / d)), "half"),
-            "the exponent is off by a factor of 2 (2 * 2i): theta_i = "
-            "10000^(-2i/head_dim)",
-            "exponent-4i",
-        ),
+        *_position_and_frequency_slips(x, positions, "half"),
         Mistake(
             _rotate(x, right.flip(-1), "half"),
             "the frequencies are in reversed order: pair 0, dimensions (0, d/2), "
