@@ -360,6 +360,27 @@ def test_chapter_10_yarn_ramp_at_the_labs_settings(stored):
     assert "no pair turns 32 times" in text.replace("No pair", "no pair")
 
 
+def test_chapter_10_ramp_minus_pi_is_not_only_the_fastest_pair(stored):
+    """Expert re-read (helper D): ramp minus PI changes pair 0 alone only for base
+    10000; with base 10 the lab's ramp (alpha = 1) also divides pairs 1-3 only in part.
+    Independently of the library: i(beta) = d ln(L / (2 pi beta)) / (2 ln base), the
+    ramp runs from floor(i(L / 2 pi)) = 0 to ceil(i(1)), linear in between
+    (transformers' find_correction_range / linear_ramp_factor). The chapter names the
+    partly divided pairs, computes the heading, and bounds the false-verdict rate."""
+    cfg = LabConfig.from_dict(stored["meta"]["settings"])
+    d, L = cfg.d_model // cfg.n_heads, cfg.train_length
+    blended = {}
+    for base in (10.0, 100.0, 10000.0):
+        hi = math.ceil(d * math.log(L / (2 * math.pi)) / (2 * math.log(base)))
+        gamma = [min(max(i / hi, 0.0), 1.0) for i in range(d // 2)]
+        blended[base] = [i for i, g in enumerate(gamma) if 0 < g < 1]
+    assert blended == {10.0: [1, 2, 3], 100.0: [1], 10000.0: []}
+    src = CH10.read_text()
+    assert "keeping the fastest pairs as trained is what separates" not in src
+    assert "only in part" in src and "ramp_heading" in src
+    assert "at most about one in twenty" in src and "longest_tag" not in src
+
+
 def test_chapter_10_describes_the_runs_and_the_canary(stored):
     """'Runs go to two worker processes with one thread each' and 'the training
     losses of six steps of every method': the stored run and the canary's config."""
