@@ -369,3 +369,69 @@ def test_chapter_1_says_what_n_and_d_are() -> None:
     a position, and its d is d_model; the chapter says so."""
     text = " ".join(CH1.read_text(encoding="utf-8").split())
     assert "$n$ is the number of tokens, which the other chapters call $L$" in text
+
+
+def test_embedding_scale_numbers_are_measured_and_glued() -> None:
+    """Chapter 2, scaling by sqrt(d_model) (re-read, helper A): for d = 512 the encoding
+    has length sqrt(d/2) = 16, sqrt(512) = 22.6; embeddings of standard deviation
+    d^-1/2 give the token part the energy share d / (d + d/2) = 2/3 when scaled and
+    1 / (1 + d/2) = 0.39 % when not (measured here on other random tokens, within the
+    chapter's 3 % margin); with standard deviation 1 the scaled tokens are
+    sqrt(2 d) = 32 times longer than the positions. The prose glues these numbers and
+    the chapter's cells assert them."""
+    d = 512
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angles = torch.arange(64, dtype=torch.float64)[:, None] * omega  # (64, d/2)
+    pe = torch.stack([angles.sin(), angles.cos()], -1).flatten(1)  # (64, d)
+    assert torch.allclose(pe.norm(dim=-1), torch.full((64,), 16.0, dtype=torch.float64))
+    g = torch.Generator().manual_seed(123)
+    x = torch.randn(64, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+    for scale, predicted in ((math.sqrt(d), 2 / 3), (1.0, 1 / (1 + d / 2))):
+        share = (scale * x).pow(2).sum() / (scale * x + pe).pow(2).sum()
+        assert math.isclose(share.item(), predicted, rel_tol=0.03), (scale, share)
+    assert f"{1 / (1 + d / 2):.1%}" == "0.4%" and f"{math.sqrt(d):.1f}" == "22.6"
+    assert math.sqrt(2 * d) == 32.0
+    text = CH2.read_text(encoding="utf-8")
+    prose = _prose(CH2)
+    for typed in ("\\approx 22.6", "= 0.4\\%", "= 32$ times", "length 16,"):
+        assert typed not in prose, typed
+    for name in ("scale_pos_len", "scale_sqrt_d", "share_predicted_unscaled",
+                 "std1_ratio", "std1_measured"):
+        assert f"{{glue:text}}`{name}:" in text and f'glue("{name}"' in text, name
+    assert "rel_tol=0.03), (scale, share)" in text  # the cell checks the shares
+
+
+def test_dot_product_figure_checks_what_its_caption_says() -> None:
+    """Chapter 2, fig-sin-dot (re-read, helper A): from anchors 0, 32 and 64 of a
+    128 x 64 table the curves PE_p . PE_{p+k} coincide on the offsets they share, peak
+    at k = 0 with d/2 = 32 and are symmetric in k (closed form sum_i cos(k w_i) here);
+    the chapter's cell asserts all three, not only where the argmax lies."""
+    omega = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    p = torch.arange(128, dtype=torch.float64)
+    pe = torch.stack([torch.sin(p[:, None] * omega), torch.cos(p[:, None] * omega)],
+                     -1).flatten(1)  # (128, 64), interleaved
+    gram = pe @ pe.T
+    curves = {a: {k: gram[a, a + k].item() for k in range(-a, 128 - a)}
+              for a in (0, 32, 64)}
+    for a, curve in curves.items():
+        assert max(curve, key=curve.get) == 0 and math.isclose(curve[0], 32.0)
+        for k, v in curve.items():
+            assert math.isclose(v, torch.cos(k * omega).sum().item(), abs_tol=1e-9)
+            assert -k not in curve or math.isclose(v, curve[-k], abs_tol=1e-9)
+    text = CH2.read_text(encoding="utf-8")
+    cell = text[text.index("name: fig-sin-dot"):text.index("dot_fig\n```")]
+    assert "math.isclose(dots.max(), 64 / 2" in cell  # the peak value
+    assert "by_k[j], by_k[-j]" in cell  # the symmetry
+    assert "at[int(a)]" in cell  # the curves coincide
+
+
+def test_chapter_2_padding_claims_say_what_the_cells_check() -> None:
+    """Chapter 2, padded batches (re-read, helper A): the left-padded sentence gives the
+    unpadded outputs up to float32 rounding (the cell's tolerance), not 'exactly'; the
+    mask is a_{b,t} (the notation table keeps m for positions and ALiBi slopes); the
+    position-ids figure is checked row by row in both panels."""
+    text = " ".join(CH2.read_text(encoding="utf-8").split())
+    assert "produces exactly the outputs" not in text
+    assert "up to float32 rounding" in text
+    assert "m_{b,t}" not in text and "m_{b,s}" not in text and "a_{b,s} = 1" in text
+    assert "drawn[panel, row]" in text
