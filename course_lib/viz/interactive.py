@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
 
 import torch
 
@@ -196,33 +197,44 @@ def t5_figure_data() -> dict:
     return {"kind": "t5", "sliders": sliders, "data": data, "span": T5_SPAN}
 
 
+def _yarn_settings(beta_fast: list) -> tuple[list[dict], Iterator[tuple]]:
+    """The YaRN figures' sliders (``beta_fast`` values, then beta_slow, factor and
+    head) and, per setting, ``(key, fast, slow, s, d, base, low, high, ramp)``: the
+    correction range of YaRN's ramp and the ramp itself (float64)."""
+    heads = [f"d={d}, b={b:,.0f}" for d, b in YARN_HEADS]
+    sliders = [
+        _slider("beta_fast", "beta_fast", beta_fast, 32.0),
+        _slider("beta_slow", "beta_slow", YARN_BETA_SLOW, 1.0),
+        _slider("factor", "factor s", YARN_FACTORS, 4.0),
+        _slider("head", "head_dim, base", heads, heads[1]),
+    ]
+
+    def settings() -> Iterator[tuple]:
+        for key, (fast, slow, s, head) in _grid(sliders):
+            d, base = YARN_HEADS[heads.index(head)]
+            low, high = yarn_correction_range(fast, slow, d, base,
+                                              YARN_TRAINING_LENGTH)
+            ramp = _f64(yarn_ramp(low, high, d // 2))
+            yield key, fast, slow, s, d, base, low, high, ramp
+
+    return sliders, settings()
+
+
 def yarn_figure_data() -> dict:
     """YaRN's ramp (float64) and the scaled frequencies (float32) per setting.
 
     ``theta[h]`` holds the unscaled frequencies (float32) of head choice ``h``.
     """
-    heads = [f"d={d}, b={b:,.0f}" for d, b in YARN_HEADS]
-    sliders = [
-        _slider("beta_fast", "beta_fast", YARN_BETA_FAST, 32.0),
-        _slider("beta_slow", "beta_slow", YARN_BETA_SLOW, 1.0),
-        _slider("factor", "factor s", YARN_FACTORS, 4.0),
-        _slider("head", "head_dim, base", heads, heads[1]),
-    ]
+    sliders, settings = _yarn_settings(YARN_BETA_FAST)
     L = YARN_TRAINING_LENGTH
     data = {}
-    for key, (fast, slow, s, head) in _grid(sliders):
-        d, base = YARN_HEADS[heads.index(head)]
-        low, high = yarn_correction_range(fast, slow, d, base, L)
+    for key, fast, slow, s, d, base, low, high, ramp in settings:
         inv, attention = rope_scaled_frequencies(
             d, base=base, method="yarn", factor=s, original_max_position=L,
             beta_fast=fast, beta_slow=slow,
         )
-        data[key] = {
-            "low": low, "high": high,
-            "ramp": _f64(yarn_ramp(low, high, d // 2)),
-            "scaled": float32_json(inv),
-            "attention": attention,
-        }
+        data[key] = {"low": low, "high": high, "ramp": ramp,
+                     "scaled": float32_json(inv), "attention": attention}
     theta = {str(i): float32_json(rope_frequencies(d, base=b))
              for i, (d, b) in enumerate(YARN_HEADS)}
     return {"kind": "yarn", "sliders": sliders, "data": data,
@@ -230,31 +242,20 @@ def yarn_figure_data() -> dict:
 
 
 def yarn_class_figure_data() -> dict:
-    """The class edition's YaRN figure: the ramp (float64) and the slow-down
+    r"""The class edition's YaRN figure: the ramp (float64) and the slow-down
     :math:`\theta_i/\theta_i'` of each pair (float64) per setting, without the
     frequencies themselves or the attention factor (both graded answers)."""
-    heads = [f"d={d}, b={b:,.0f}" for d, b in YARN_HEADS]
-    sliders = [
-        _slider("beta_fast", "beta_fast", YARN_CLASS_BETA_FAST, 32.0),
-        _slider("beta_slow", "beta_slow", YARN_BETA_SLOW, 1.0),
-        _slider("factor", "factor s", YARN_FACTORS, 4.0),
-        _slider("head", "head_dim, base", heads, heads[1]),
-    ]
+    sliders, settings = _yarn_settings(YARN_CLASS_BETA_FAST)
     L = YARN_TRAINING_LENGTH
     data = {}
-    for key, (fast, slow, s, head) in _grid(sliders):
-        d, base = YARN_HEADS[heads.index(head)]
-        low, high = yarn_correction_range(fast, slow, d, base, L)
+    for key, fast, slow, s, d, base, low, high, ramp in settings:
         inv, _ = rope_scaled_frequencies(
             d, base=base, method="yarn", factor=s, original_max_position=L,
             beta_fast=fast, beta_slow=slow, dtype=torch.float64,
         )
         theta = rope_frequencies(d, base=base, dtype=torch.float64)
-        data[key] = {
-            "low": low, "high": high,
-            "ramp": _f64(yarn_ramp(low, high, d // 2)),
-            "slowdown": _f64(theta / inv),
-        }
+        data[key] = {"low": low, "high": high, "ramp": ramp,
+                     "slowdown": _f64(theta / inv)}
     return {"kind": "yarn_class", "sliders": sliders, "data": data,
             "training_length": L}
 
