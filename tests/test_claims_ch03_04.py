@@ -140,6 +140,33 @@ def test_chapter_3_numbers_are_glued_and_right() -> None:
     assert f"{math.cos(5):.2f}" == f"{2 * math.pi - 6:.2f}" == "0.28"
 
 
+def test_chapter_3_reread_claims_are_checked() -> None:
+    """Chapter 3 (re-read, helper A): M(1) for d_model = 8 turns its blocks by 1, 0.1,
+    0.01 and 0.001 radians; PE(0) . PE(6) = cos 6 + cos 0.06 is larger than
+    PE(0) . PE(1) (glued and asserted, not only printed); the score
+    PE_p^T M(k) PE_q peaks at q = p - k for every p >= k (brute force over 500
+    positions and three offsets, the closed form sum_i cos((p - q - k) w_i)); the
+    direction R(m theta) is cited to RoFormer's section."""
+    omega8 = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    assert torch.allclose(omega8, torch.tensor([1, 0.1, 0.01, 0.001], dtype=torch.float64))
+    assert math.cos(6) + math.cos(0.06) > math.cos(1) + math.cos(0.01)
+    omega = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    p = torch.arange(500, dtype=torch.float64)
+    for k in (1, 3, 37):
+        diff = p[:, None] - p[None, :] - k  # p - q - k
+        scores = torch.cos(diff[..., None] * omega).sum(-1)  # (500, 500)
+        assert torch.equal(scores[k:].argmax(dim=-1), torch.arange(500 - k))
+        assert (scores[k:].max(dim=-1).values - 32).abs().max() < 1e-9
+    text = CH3.read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    assert "assert dot_offset_6 > float(exact[0, 1])" in text
+    assert f'glue("dot_offset_6"' in text and "{glue:text}`dot_offset_6:" in text
+    assert "torch.tensor([1, 0.1, 0.01, 0.001]" in text
+    assert "for every position, the raw score" not in flat
+    assert "for every position $p \\ge k$" in flat
+    assert "{cite}`su2021roformer`, §3.2.1, eq. 13" in flat
+
+
 # --------------------------------------------------------------------------------------
 # Chapter 4: the requirement
 # --------------------------------------------------------------------------------------
