@@ -379,6 +379,10 @@ def test_chapter_10_ramp_minus_pi_is_not_only_the_fastest_pair(stored):
     assert "keeping the fastest pairs as trained is what separates" not in src
     assert "only in part" in src and "ramp_heading" in src
     assert "at most about one in twenty" in src and "longest_tag" not in src
+    from course_lib.experiments import METHODS
+
+    assert len(METHODS) == 9 and "### One model, nine ways to see positions" in src
+    assert "{glue:text}`lab_layers` pre-LayerNorm blocks" in src
 
 
 def test_chapter_10_describes_the_runs_and_the_canary(stored):
