@@ -704,6 +704,7 @@ def test_class_edition_sources_list_no_graded_code(chapter: str, graded: list) -
         "view_as_complex(q.reshape(",
         "def pe_exact",
         "\\sum_{s \\le t} m_{b,s} - 1",
+        "\\sum_{s \\le t} a_{r,s} - 1",  # chapter 2's mask is a_{r,t} since the re-read
         "output rows of $W_q$",
         "permutes its *rows*",
     ):

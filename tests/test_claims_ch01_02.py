@@ -428,10 +428,12 @@ def test_dot_product_figure_checks_what_its_caption_says() -> None:
 def test_chapter_2_padding_claims_say_what_the_cells_check() -> None:
     """Chapter 2, padded batches (re-read, helper A): the left-padded sentence gives the
     unpadded outputs up to float32 rounding (the cell's tolerance), not 'exactly'; the
-    mask is a_{b,t} (the notation table keeps m for positions and ALiBi slopes); the
-    position-ids figure is checked row by row in both panels."""
+    mask is a_{r,t} (the notation table keeps m for positions and ALiBi slopes, and b is
+    the base in this chapter); the position-ids figure is checked row by row in both
+    panels."""
     text = " ".join(CH2.read_text(encoding="utf-8").split())
     assert "produces exactly the outputs" not in text
     assert "up to float32 rounding" in text
-    assert "m_{b,t}" not in text and "m_{b,s}" not in text and "a_{b,s} = 1" in text
+    assert "m_{b,t}" not in text and "m_{b,s}" not in text and "a_{r,s} = 1" in text
+    assert "_{b,t}" not in text  # b is the base of the frequencies in this chapter
     assert "drawn[panel, row]" in text
