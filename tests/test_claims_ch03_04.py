@@ -461,7 +461,11 @@ def test_abel_bound_is_hundreds_of_times_the_score() -> None:
     assert min(ratios) > 10
     text = " ".join(CH4.read_text("utf-8").split())
     assert "assert bound > 10 * abs(score)" in text
-    assert "of order $\\sqrt d = 8$" in text
+    # re-read A1: sqrt(d) and the bounds' range are glued from the cell, not typed
+    assert "of order $\\sqrt d =$ {glue:text}`abel_sqrt_d:.0f`" in text
+    for name in ("abel_bound_min", "abel_bound_max", "abel_sqrt_d"):
+        assert f'glue("{name}"' in text and f"{{glue:text}}`{name}:" in text
+    assert "assert min(bounds) >= 100" in text
 
 
 @pytest.mark.parametrize("r", [10, 100, 250, 1000])
@@ -483,3 +487,52 @@ def test_larger_base_shifts_the_decay_to_longer_distances(r: int) -> None:
         "at a distance of 250, the bound factor and the all-ones score"
         in CH4.read_text("utf-8").replace("\n", " ")
     )
+
+
+def test_chapter_4_reads_the_dial_size_and_checks_the_rounding_grid() -> None:
+    """Chapter 4 (re-read, A2, A3): the interactive figure's caption reads the head
+    size and the number of pairs from the figure's own data, and the precision
+    section's "257 becomes 256" and "exact up to 2048" are asserted, not only printed.
+    The values are recomputed here from the figure data and from torch's rounding."""
+    from course_lib.viz.interactive import figure_data
+
+    text = CH4.read_text("utf-8")
+    assert "The seven pairs of a 14-dimensional head" not in text
+    for name in ("rope_dial_pairs", "rope_dial_dim"):
+        assert f'glue("{name}"' in text and f"{{glue:text}}`{name}`" in text
+    dial = figure_data("rope")
+    paper_base = dial["sliders"][0]["default"]
+    assert 2 * len(dial["frequencies"][str(paper_base)]) == dial["head_dim"]
+    assert "assert float(torch.tensor(257.0, dtype=torch.bfloat16)) == 256.0" in text
+    assert float(torch.tensor(257.0, dtype=torch.bfloat16)) == 256.0
+    assert float(torch.tensor(2049.0, dtype=torch.float16)) == 2048.0
+    assert float(torch.tensor(2048.0, dtype=torch.float16)) == 2048.0
+
+
+def test_chapter_4_hugging_face_rope_precision_is_measured() -> None:
+    """Chapter 4 (re-read, A4): the installed transformers forms the Llama angles in
+    float32 without an autocast switch, and its inv_freq buffer follows a model-wide
+    cast; the chapter glues the measured cosine errors instead of stating the pull
+    request's autocast fix as the current code. Recomputed here in float64."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    text = CH4.read_text("utf-8")
+    assert "now computes the angles in float32 with autocast switched off" not in text
+    for name in ("hf_version", "hf_bf16_err", "hf_cast_err"):
+        assert f'glue("{name}"' in text and f"{{glue:text}}`{name}" in text
+    config = LlamaConfig(
+        hidden_size=256, num_attention_heads=2, head_dim=128, num_key_value_heads=2
+    )
+    pos = torch.arange(4000, 4004)
+    theta = 10_000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    angles = pos.double()[:, None] * theta
+    exact = torch.cat((angles, angles), dim=-1).cos()
+    cast = LlamaRotaryEmbedding(config).to(torch.float16)
+    assert cast.inv_freq.dtype == torch.float16
+    cos, _ = cast(torch.zeros(1, 4, 128, dtype=torch.float16), pos[None])
+    assert (cos[0].double() - exact).abs().max() > 0.2
+    plain = LlamaRotaryEmbedding(config)
+    cos, _ = plain(torch.zeros(1, 4, 128, dtype=torch.bfloat16), pos[None])
+    # bfloat16 rounding of a value in [-1, 1] (2^-9) plus float32 angles near 4000 rad
+    assert (cos[0].double() - exact).abs().max() <= 2.0**-9 + 4004 * 2.0**-22
