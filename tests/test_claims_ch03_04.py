@@ -165,6 +165,19 @@ def test_chapter_3_reread_claims_are_checked() -> None:
     assert "for every position, the raw score" not in flat
     assert "for every position $p \\ge k$" in flat
     assert "{cite}`su2021roformer`, §3.2.1, eq. 13" in flat
+    # second pass: what the text reads off SymPy and the figure is asserted, not printed
+    import sympy as sp
+
+    def pe4(pos: int) -> sp.Matrix:
+        slow = sp.Rational(pos, 100)
+        return sp.Matrix([sp.sin(pos), sp.cos(pos), sp.sin(slow), sp.cos(slow)])
+
+    assert sp.simplify(pe4(0).dot(pe4(1)) - pe4(5).dot(pe4(6))) == 0
+    assert sp.simplify(pe4(0).dot(pe4(5)) - sp.cos(5) - sp.cos(sp.Rational(1, 20))) == 0
+    for asserted in ("assert sp.simplify(exact[0, 1] - exact[5, 6]) == 0",
+                     "assert sp.simplify(sym_dot - by_formula) == 0",
+                     "assert turns[0] > 0"):
+        assert asserted in text, asserted
 
 
 # --------------------------------------------------------------------------------------
