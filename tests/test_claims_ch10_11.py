@@ -382,7 +382,7 @@ def test_chapter_10_ramp_minus_pi_is_not_only_the_fastest_pair(stored):
     from course_lib.experiments import METHODS
 
     assert len(METHODS) == 9 and "### One model, nine ways to see positions" in src
-    assert "{glue:text}`lab_layers` pre-LayerNorm blocks" in src
+    assert "{glue:text}`lab_layers` pre-LayerNorm" in src
 
 
 def test_chapter_10_describes_the_runs_and_the_canary(stored):
