@@ -420,9 +420,9 @@ def test_dot_product_figure_checks_what_its_caption_says() -> None:
             assert -k not in curve or math.isclose(v, curve[-k], abs_tol=1e-9)
     text = CH2.read_text(encoding="utf-8")
     cell = text[text.index("name: fig-sin-dot"):text.index("dot_fig\n```")]
-    assert "math.isclose(dots.max(), 64 / 2" in cell  # the peak value
-    assert "by_k[j], by_k[-j]" in cell  # the symmetry
-    assert "at[int(a)]" in cell  # the curves coincide
+    assert "math.isclose(curve[0], 64 / 2" in cell  # the peak value
+    assert "curve[k], curve[-k]" in cell  # the symmetry
+    assert "curve[k], curves[0][k]" in cell  # the curves coincide
 
 
 def test_chapter_2_padding_claims_say_what_the_cells_check() -> None:
