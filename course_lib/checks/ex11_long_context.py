@@ -262,7 +262,9 @@ _RANGE_PUBLIC = (
     (32.0, 1.0, 8, 100.0, 1000000, True),  # i(1) past d - 1: low == high after clip
 )
 _RANGE_HIDDEN = (
-    (32.0, 1.0, 128, 500000.0, 8192, True),  # Llama 3's base and length
+    # Llama 3's base at a length no page shows (chapter 11's ratio figure draws
+    # YaRN at Llama 3's 8192, in both editions)
+    (32.0, 1.0, 128, 500000.0, 12000, True),
     (32.0, 1.0, 96, 10000.0, 4096, True),  # Phi-3's head
     (32.0, 1.0, 64, 1000000.0, 32768, True),
     (24.0, 1.5, 128, 10000.0, 16384, True),  # other betas, a long training
