@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from worked_examples import assert_worked_examples_hold, worked_examples
 from zoo import ex01_permutation as z01
 from zoo import ex02_sinusoidal as z02
 from zoo import ex03_rotation as z03
@@ -475,33 +476,16 @@ def _solution_namespace(assignment: str) -> dict:
 def test_worked_examples_in_the_task_cells_are_true(assignment) -> None:
     """Every `>>>` example of the task text holds for the solution (which the graders
     compare with course_lib), as printed, so the numbers cannot drift."""
-    import doctest
-
     cells = _cells(ROOT / "solutions" / assignment / f"{assignment}.ipynb")
     blocks = [
         block
         for cell in cells
         if cell["cell_type"] == "markdown"
-        for block in re.findall(r"```python\n(.*?)```", _source(cell), re.S)
-        if ">>>" in block
+        for block in worked_examples(_source(cell))
     ]
     graded = [n for n in ASSIGNMENTS[assignment] if n != "hand_computation"]
     assert len(blocks) >= len(graded), "every task cell has a worked example"
-    namespace = _solution_namespace(assignment)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    saved = torch._tensor_str.PRINT_OPTS.__dict__.copy()
-    torch.set_printoptions(precision=4, sci_mode=False)
-    try:
-        for block in blocks:
-            # A blank line inside a printed tensor is doctest's <BLANKLINE>.
-            text = re.sub(r"\n[ \t]*\n(?=.)", "\n<BLANKLINE>\n", block)
-            test = doctest.DocTestParser().get_doctest(
-                text, dict(namespace), assignment, None, 0
-            )
-            result = runner.run(test, out=lambda s: None)
-            assert result.attempted > 0 and result.failed == 0, block
-    finally:
-        torch._tensor_str.PRINT_OPTS.__dict__.update(saved)
+    assert_worked_examples_hold(blocks, _solution_namespace(assignment), assignment)
 
 
 # --- grader machinery found wanting by the red team

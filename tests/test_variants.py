@@ -15,7 +15,6 @@ ex05 with its variant is marked slow.
 
 from __future__ import annotations
 
-import doctest
 import importlib
 import inspect
 import json
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from worked_examples import assert_worked_examples_hold, worked_examples
 
 from course_lib.checks import _core, _record, _stored
 from course_lib.checks._core import TERM_PARAMS, plan_key
@@ -117,23 +117,10 @@ def test_the_variant_s_worked_examples_hold_for_its_solution(
         for c in source["cells"]
         if c["cell_type"] == "markdown" and variant in c["metadata"].get(VARIANT_KEY, {})
     ]
-    blocks = [b for t in texts for b in re.findall(r"```python\n(.*?)```", t, re.S)
-              if ">>>" in b]
+    blocks = [b for t in texts for b in worked_examples(t)]
     assert blocks, f"{assignment}/{variant}: its task text has no worked example"
     namespace = _stored._solution_namespace(ROOT, assignment, variant)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    saved = torch._tensor_str.PRINT_OPTS.__dict__.copy()
-    torch.set_printoptions(precision=4, sci_mode=False)
-    try:
-        for block in blocks:
-            text = re.sub(r"\n[ \t]*\n(?=.)", "\n<BLANKLINE>\n", block)
-            test = doctest.DocTestParser().get_doctest(
-                text, dict(namespace), assignment, None, 0
-            )
-            runner.run(test)
-    finally:
-        torch._tensor_str.PRINT_OPTS.__dict__.update(saved)
-    assert runner.failures == 0, f"{assignment}/{variant}: a worked example is wrong"
+    assert_worked_examples_hold(blocks, namespace, f"{assignment}/{variant}")
 
 
 def test_an_unknown_exercise_variant_or_seed_is_refused_with_the_known_ones() -> None:
