@@ -294,14 +294,14 @@ def class_settings(settings: LaunchSettings) -> LaunchSettings | None:
     )
 
 
-# An open-edition-only block as the chapters write it (MyST colon fence, any depth):
-# the "Solution to exercise N" dropdowns, which the class edition leaves out.
-ONLY_OPEN = re.compile(
-    r"^(?P<fence>:{3,})\{only\}\s+not\s+class_edition[ \t]*\n"
-    r".*?^(?P=fence)[ \t]*(?:\n|\Z)",
+# An edition's block as the chapters write it (MyST colon fence, any depth):
+# ``{only} not class_edition`` (the open edition's: the "Solution to exercise N"
+# dropdowns, which the class edition leaves out) or ``{only} class_edition``.
+_ONLY_BLOCK = re.compile(
+    r"^(?P<fence>:{3,})\{only\}\s+(?P<not>not\s+)?class_edition[ \t]*\n"
+    r"(?P<body>.*?)^(?P=fence)[ \t]*(?:\n|\Z)",
     re.MULTILINE | re.DOTALL,
 )
-
 
 # A code cell a chapter tags so: it computes what only the open edition's text
 # quotes (chapter 4's diagnosis of exercise 9's first bug), so the class edition's
@@ -311,17 +311,9 @@ OPEN_ONLY_TAG = "open-edition-only"
 
 
 def strip_open_only(text: str) -> str:
-    """``text`` without its ``{only} not class_edition`` blocks."""
-    return ONLY_OPEN.sub("", text)
-
-
-# Either edition's block, for a notebook (which has no ``{only}`` directive): the
-# fence's opening line, its body, its closing line.
-_ONLY_BLOCK = re.compile(
-    r"^(?P<fence>:{3,})\{only\}\s+(?P<not>not\s+)?class_edition[ \t]*\n"
-    r"(?P<body>.*?)^(?P=fence)[ \t]*(?:\n|\Z)",
-    re.MULTILINE | re.DOTALL,
-)
+    """``text`` without its ``{only} not class_edition`` blocks (the class
+    edition's blocks are kept as they are)."""
+    return _ONLY_BLOCK.sub(lambda m: "" if m.group("not") else m.group(0), text)
 
 
 def edition_text(text: str, *, class_edition: bool) -> str:
