@@ -85,14 +85,19 @@ sliding window then measures positions beyond ``L`` as much as context beyond ``
 perplexity "explodes" past ``L``, Figure 11 and Table 13, and draw their conclusion
 about context for ALiBi and the T5 bias only)."""
 
-DISTANCE_ONLY = ("none", "rope", "rope+yarn", "t5", "alibi")
-"""Methods whose attention depends on the tokens and their distances only (NoPE: on
-the tokens; RoPE, also rescaled with one factor per window: the score of query ``m``
-and key ``n`` depends on ``m - n``; T5 and ALiBi: a bias of ``i - j``). Prepending
-context to a window leaves the encoding of the near context unchanged, so a
-sliding-window score at ``2L`` against ``L`` (both scoring tokens with at least ``L``
+DISTANCE_ONLY = ("rope", "t5", "alibi")
+"""Methods whose attention depends on the tokens and their distances only, by one
+rule for every length (RoPE: the score of query ``m`` and key ``n`` depends on
+``m - n``; T5 and ALiBi: a bias of the distance). Prepending context to a window
+leaves the encoding of the near context unchanged, so a sliding-window score at
+``2L`` against ``L`` (both scoring tokens with at least ``L``
 tokens of context, the one at ``L`` with a short stride) isolates what the extra,
-distant context does (Press et al. 2022, appendix B.1 and B.2)."""
+distant context does (Press et al. 2022, appendix B.1 and B.2). Not here: RoPE +
+YaRN, whose factor ``s = T/L`` changes with the length (``2L`` against ``L``
+compares two rescalings, and their temperatures, as well as two contexts), and NoPE,
+which has no position signal of its own but infers positions from the length of the
+prefix under the causal mask (Haviv et al. 2022), so past ``L`` its implicit
+positions are untrained, as the absolute methods' are."""
 
 
 def cell(record: dict, section: str, kind: str, method: str, length: int,
