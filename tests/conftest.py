@@ -24,10 +24,25 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The thread pools of the processes the tests start (the book build's kernels,
+# `course` commands, notebook servers, hub kernels): one thread each unless the caller
+# set them. `make test` runs three workers on two cores, so every core is taken; a
+# torch (OpenMP) pool of two threads then spins on a core another process needs.
+# Chapter 8's training cell, with two other processes busy: 6.6 s with the default
+# two threads, 1.4 s with one (2026-11-28, this machine).
+SUBPROCESS_THREADS = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # The tensors in tests are small: one thread avoids thread start-up and
     # contention on the 2-core machines (about 4x faster here for the grader tests).
     torch.set_num_threads(1)
+    for name, value in SUBPROCESS_THREADS.items():
+        os.environ.setdefault(name, value)
 
 
 # The longest files, longest first, with about the seconds each takes in `make test`
