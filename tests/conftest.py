@@ -225,6 +225,23 @@ def course_cli_sequence(
     ]
 
 
+def grading_options(course, **options):
+    """``AutogradeOptions(**options)`` with the launcher ``course autograde`` grades
+    ``course`` with: the sandbox, whose kernels fork from a warm template that
+    imported torch and the checks once (a kernel started cold imports them itself:
+    about 1.5 s of CPU per notebook graded, two thirds of test_late.py's time).
+    Where the sandbox cannot be built (``make test-fast`` without bubblewrap), the
+    library's default, memory and CPU limits only; ``tests/test_sandbox.py`` and
+    ``tests/test_doctor.py`` test the sandbox itself."""
+    from course_lib.grading.autograde import AutogradeOptions
+    from course_lib.grading.errors import CourseError
+    from course_lib.grading.kernels.sandbox import grading_launcher
+
+    with contextlib.suppress(CourseError):
+        options.setdefault("launcher", grading_launcher(course)[0])
+    return AutogradeOptions(**options)
+
+
 @pytest.fixture
 def root() -> Path:
     """The repository root."""

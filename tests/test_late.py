@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import grading_options
 
 ROOT = Path(__file__).resolve().parents[1]
 A = "ex91_late"
@@ -313,7 +314,7 @@ def _extension_before_submitting(course, capsys, shown):
 
 
 def _graded_with_percent_penalty(course, capsys, shown):
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.roster import LmsSource, record_source
 
     for student in SUBMISSIONS:
@@ -335,7 +336,7 @@ def _graded_with_percent_penalty(course, capsys, shown):
             name = f"{student}{'_LATE' if late else ''}_1_2_{A}.ipynb"
             record_source(gb, A, student, LmsSource("canvas", name, "1", late))
         record_source(gb, A, "cleo", LmsSource("moodle", "x/part1.ipynb", "7"))
-    summary = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    summary = autograde(course, A, grading_options(course, jobs=2, progress=False))
     assert {o.student: o.status for o in summary.outcomes} == dict.fromkeys(
         SUBMISSIONS, "graded"
     )
@@ -404,7 +405,7 @@ def _the_guide_shows_this_output(shown):
 
 def _hand_grades(course):
     """A hand grade entered after autograding is penalised once graded again."""
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
 
     with course.gradebook() as gb:
         for nb_name, score in MANUAL.items():
@@ -423,7 +424,7 @@ def _hand_grades(course):
     summary = autograde(
         course,
         A,
-        AutogradeOptions(jobs=1, progress=False, force=True, students=["ben"]),
+        grading_options(course, jobs=1, progress=False, force=True, students=["ben"]),
     )
     assert [o.status for o in summary.outcomes] == ["graded"]
     rows, text, result = _same_as_export(course, "manual-regraded")
@@ -435,15 +436,15 @@ def _hand_grades(course):
 def _new_extension_regrades(course):
     """An extension given in the gradebook (nbgrader's own API, not course extend)
     changes the penalty at the next course autograde."""
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
 
-    same = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    same = autograde(course, A, grading_options(course, jobs=2, progress=False))
     assert {o.status for o in same.outcomes} == {"unchanged"}
     with course.gradebook() as gb:
         gb.grant_extension(A, "eve", days=4)
     _, _, result = _report(course, "stale")
     assert [c.student for c in result.stale_penalties] == ["eve"]
-    again = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    again = autograde(course, A, grading_options(course, jobs=2, progress=False))
     assert {o.student: o.status for o in again.outcomes}["eve"] == "graded"
     rows, _, _ = _same_as_export(course, "finn-eve")
     stamp = SUBMISSIONS["eve"][2]
@@ -458,7 +459,7 @@ def _new_extension_regrades(course):
 
 
 def _new_settings_regrade(course):
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.course import Course
 
     config = course.root / "nbgrader_config.py"
@@ -468,7 +469,7 @@ def _new_settings_regrade(course):
         )
     )
     changed = Course(course.root)
-    run = autograde(changed, A, AutogradeOptions(jobs=2, progress=False))
+    run = autograde(changed, A, grading_options(changed, jobs=2, progress=False))
     assert {o.status for o in run.outcomes} == {"graded"}
     rows, _, result = _same_as_export(changed, "twenty")
     extensions = dict(EXTENSIONS, eve=dt.timedelta(days=4))

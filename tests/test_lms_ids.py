@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import grading_options
 
 from course_lib import cli
 from course_lib.grading.collect import collect
@@ -144,7 +145,7 @@ def _run(course, *argv: str) -> str:
 def canvas_class(tmp_path_factory):
     """A class on Canvas, run with the commands of the instructor guide: roster
     from the export, the download collected, graded; what each command printed."""
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.roster import read_roster
 
     tmp = tmp_path_factory.mktemp("canvas")
@@ -159,7 +160,7 @@ def canvas_class(tmp_path_factory):
     printed = {"roster": _run(course, "roster", "Grades-Course.csv")}
     printed["collect"] = _run(course, "collect", "submissions.zip", "-a", "ex90")
     collected = collect(course, download, A)  # again: all unchanged
-    graded = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    graded = autograde(course, A, grading_options(course, jobs=2, progress=False))
     return course, loaded, collected, graded, download, printed
 
 
@@ -168,7 +169,7 @@ def moodle_class(tmp_path_factory):
     """A class on Moodle, run with the guide's commands: grade export, then the
     download refused until the grading worksheet is loaded, then collected and
     graded; what each command printed."""
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
 
     tmp = tmp_path_factory.mktemp("moodle")
     course = _course(tmp / "course")
@@ -187,7 +188,7 @@ def moodle_class(tmp_path_factory):
     mapped = load_roster(course, sheet, assignment="ex90")
     printed["after"] = _run(course, "collect", "download", "-a", "ex90")
     after = collect(course, download, A)
-    graded = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    graded = autograde(course, A, grading_options(course, jobs=2, progress=False))
     return course, loaded, before, mapped, after, graded, printed
 
 

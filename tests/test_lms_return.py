@@ -38,6 +38,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
+from conftest import grading_options
 
 ROOT = Path(__file__).resolve().parents[1]
 A = "ex05_alibi"
@@ -445,7 +446,7 @@ def piped(tmp_path_factory):
     import nbformat
 
     from course_lib.cli import main
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.collect import collect
     from course_lib.grading.course import Course
     from course_lib.grading.release import release
@@ -479,7 +480,7 @@ def piped(tmp_path_factory):
     (tmp / "plain" / "plain").mkdir(parents=True)
     (tmp / "plain" / "plain" / f"{E}.ipynb").write_bytes(good)
     collect(course, tmp / "plain", E)
-    autograde(course, E, AutogradeOptions(jobs=2, progress=False))
+    autograde(course, E, grading_options(course, jobs=2, progress=False))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["feedback", "ex90", "--root", str(root)])

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import grading_options
 
 from course_lib.grading.synthetic import tiny_assignment
 
@@ -302,7 +303,7 @@ def _nbgrader_export(course) -> dict[tuple[str, str], dict[str, float]]:
 def graded(tmp_path_factory):
     import nbformat
 
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.course import Course
     from course_lib.grading.release import release
 
@@ -340,7 +341,7 @@ def graded(tmp_path_factory):
         nbformat.write(nb, str(folder / f"{a}.ipynb"))
         (folder / "timestamp.txt").write_text(stamp + "\n")
     for a in TASKS:
-        done = autograde(course, a, AutogradeOptions(jobs=2, progress=False))
+        done = autograde(course, a, grading_options(course, jobs=2, progress=False))
         assert {o.status for o in done.outcomes} == {"graded"}, a
     return course
 

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import grading_options
 
 from course_lib.grading.synthetic import tiny_assignment
 
@@ -76,7 +77,7 @@ def _assert_same_as_export(rows, exported):
 def graded(tmp_path_factory):
     import nbformat
 
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.course import Course
     from course_lib.grading.release import release
 
@@ -109,7 +110,7 @@ def graded(tmp_path_factory):
         folder.mkdir(parents=True)
         nbformat.write(nb, str(folder / f"{A}.ipynb"))
         (folder / "timestamp.txt").write_text(stamp + "\n")
-    first = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    first = autograde(course, A, grading_options(course, jobs=2, progress=False))
     return course, first
 
 
@@ -198,14 +199,14 @@ def _manual_grades(graded):
 
 def _new_due_date(graded):
     """A new due date (and a new penalty method) regrades."""
-    from course_lib.grading.autograde import AutogradeOptions, autograde
+    from course_lib.grading.autograde import autograde
 
     course, _ = graded
-    same = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    same = autograde(course, A, grading_options(course, jobs=2, progress=False))
     assert {o.status for o in same.outcomes} == {"unchanged"}
     with course.gradebook() as gb:  # everyone gets a day more
         gb.update_or_create_assignment(A, duedate="2026-11-21 12:00:00")
-    again = autograde(course, A, AutogradeOptions(jobs=2, progress=False))
+    again = autograde(course, A, grading_options(course, jobs=2, progress=False))
     assert {o.status for o in again.outcomes} == {"graded"}
     _, rows, _, _ = _report_rows(course, "moved")
     for student in ANSWERS:
@@ -223,5 +224,5 @@ def _new_due_date(graded):
     from course_lib.grading.course import Course
 
     changed = Course(course.root)
-    third = autograde(changed, A, AutogradeOptions(jobs=2, progress=False))
+    third = autograde(changed, A, grading_options(changed, jobs=2, progress=False))
     assert {o.status for o in third.outcomes} == {"graded"}
