@@ -902,6 +902,47 @@ def test_paired_difference_known_answer_on_one_test_set():
     assert equivalence_verdict(same) == "equivalent"
 
 
+def test_bootstrap_counts_equal_resampling_by_index():
+    """The bootstraps of lab_interval and paired_difference sum each resample as a
+    matrix product with the counts of each drawn sequence (one draw per test-set
+    size, cached). Written out by index, from the same generator draws, every
+    resample's sum is the same number: whole counts add up exactly in float64, so
+    the half-widths agree to the last bit, on one shared test set and on two."""
+    gen = torch.Generator().manual_seed(3)
+    n_boot, seed, z = 300, 5, statistics.NormalDist().inv_cdf(0.975)
+
+    def draws(*sizes):
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randint(0, m, (n_boot, m), generator=g) for m in sizes]
+
+    def counts(n_seq, scored=None):
+        if scored is None:
+            scored = torch.randint(1, 30, (n_seq,), generator=gen)
+        rights = (torch.rand(4, n_seq, generator=gen) * (scored + 1)).floor()
+        return rights.to(torch.float64), scored.to(torch.float64)
+
+    def resampled(r, tot, idx):  # each resample's accuracy, per seed, by index
+        return r[:, idx].sum(dim=2) / tot[idx].sum(dim=1)
+
+    ra, ta = counts(37)
+    rb, _ = counts(37, ta)
+    rc, tc = counts(23)
+    (ia,) = draws(37)
+    boot = resampled(ra, ta, ia).mean(dim=0)
+    out = lab_interval(ra.long().tolist(), ta.long().tolist(), n_boot=n_boot,
+                       boot_seed=seed)
+    assert out["test_half"] == z * float(boot.std(unbiased=True))
+    boot = (resampled(ra, ta, ia) - resampled(rb, ta, ia)).mean(dim=0)
+    d = paired_difference(ra.long().tolist(), ta.long().tolist(), rb.long().tolist(),
+                          n_boot=n_boot, boot_seed=seed)
+    assert d["test_half"] == z * float(boot.std(unbiased=True))
+    ia, ic = draws(37, 23)
+    boot = (resampled(ra, ta, ia) - resampled(rc, tc, ic)).mean(dim=0)
+    d = paired_difference(ra.long().tolist(), ta.long().tolist(), rc.long().tolist(),
+                          tc.long().tolist(), n_boot=n_boot, boot_seed=seed)
+    assert d["test_half"] == z * float(boot.std(unbiased=True))
+
+
 def test_pairing_removes_a_seed_effect_that_overlapping_intervals_keep():
     """Seeds that move both methods alike (here: seed i answers the first 100 i
     sequences wrong in both) leave the paired difference untouched, while the two

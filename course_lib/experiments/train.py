@@ -653,6 +653,31 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95, *,
     return mean, low, high
 
 
+@functools.lru_cache(maxsize=16)
+def _resample_counts(sizes: tuple[int, ...], n_boot: int, boot_seed: int
+                     ) -> tuple[torch.Tensor, ...]:
+    """The bootstrap resamples of :func:`lab_interval` and :func:`paired_difference`
+    as counts: for each test set of ``sizes`` in turn, ``n_boot`` draws of ``size``
+    indices with replacement (``torch.randint`` from one generator seeded with
+    ``boot_seed``), returned as an ``(n_boot, size)`` float64 matrix ``C`` whose
+    ``C[b, j]`` counts how often sequence ``j`` was drawn in resample ``b``.
+
+    A sum over a resample, ``x[idx[b]].sum()``, is then ``(C @ x)[b]``: exactly the
+    same number when ``x`` holds whole counts (every product and partial sum is an
+    integer below 2**53, so no order of summation rounds), computed as one matrix
+    product instead of gathering ``n_boot x size`` entries per call. The chapters
+    compare hundreds of cells on the same test sets, so the draws are made once per
+    set of sizes (cached) rather than once per comparison."""
+    g = torch.Generator().manual_seed(boot_seed)
+    out = []
+    for size in sizes:
+        idx = torch.randint(0, size, (n_boot, size), generator=g)
+        counts = torch.zeros(n_boot, size, dtype=torch.float64)
+        counts.scatter_add_(1, idx, torch.ones(n_boot, size, dtype=torch.float64))
+        out.append(counts)
+    return tuple(out)
+
+
 def lab_interval(
     rights: Sequence[Sequence[int]],
     scored: Sequence[int],
@@ -704,9 +729,8 @@ def lab_interval(
     if n > 1:
         s = float(acc.std(unbiased=True))
         seed_half = t_quantile((1 + confidence) / 2, n - 1) * s / math.sqrt(n)
-    g = torch.Generator().manual_seed(boot_seed)
-    idx = torch.randint(0, tot.shape[0], (n_boot, tot.shape[0]), generator=g)
-    boot = (r[:, idx].sum(dim=2) / tot[idx].sum(dim=1)).mean(dim=0)  # (n_boot,)
+    (counts,) = _resample_counts((tot.shape[0],), n_boot, boot_seed)
+    boot = ((r @ counts.T) / (counts @ tot)).mean(dim=0)  # (n_boot,)
     z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
     test_half = z * float(boot.std(unbiased=True))
     half = math.hypot(seed_half, test_half)
@@ -783,12 +807,12 @@ def paired_difference(
     if n > 1:
         seed_half = (t_quantile((1 + confidence) / 2, n - 1)
                      * float(d.std(unbiased=True)) / math.sqrt(n))
-    g = torch.Generator().manual_seed(boot_seed)
-    ia = torch.randint(0, ta.shape[0], (n_boot, ta.shape[0]), generator=g)
-    ib = ia if scored_b is None else torch.randint(0, tb.shape[0],
-                                                   (n_boot, tb.shape[0]), generator=g)
-    boot = ((ra[:, ia].sum(dim=2) / ta[ia].sum(dim=1))
-            - (rb[:, ib].sum(dim=2) / tb[ib].sum(dim=1))).mean(dim=0)  # (n_boot,)
+    if scored_b is None:  # one resample of the shared test set
+        ca = cb = _resample_counts((ta.shape[0],), n_boot, boot_seed)[0]
+    else:
+        ca, cb = _resample_counts((ta.shape[0], tb.shape[0]), n_boot, boot_seed)
+    boot = (((ra @ ca.T) / (ca @ ta))
+            - ((rb @ cb.T) / (cb @ tb))).mean(dim=0)  # (n_boot,)
     z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
     test_half = z * float(boot.std(unbiased=True))
     half = math.hypot(seed_half, test_half)
