@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -60,8 +61,9 @@ LONGEST_FIRST = (
     "test_giveaways.py",  # about 100
     "test_e2e_class.py",  # about 100
     "test_late.py",  # about 90
+    "test_pipeline.py",  # with test_feedback_pages.py: about 120
+    "test_feedback_pages.py",
     "test_accessibility.py",  # the browser tests, once the book is built
-    "test_feedback_pages.py",  # about 60
     "test_student_wheel.py",  # about 45
     "test_release_feedback.py",  # about 40
 )
@@ -82,23 +84,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     items.sort(key=rank)
 
 
+def scheduled_together() -> dict[str, tuple[str, ...]]:
+    """Groups of test files that one worker runs together (``make test``)."""
+    from book_visits import FILES
+
+    return {
+        # they share each page's visit in a browser (book_visits)
+        "the book in a browser": FILES,
+        # they share the class graded in every assignment (graded_class)
+        "every assignment graded": ("test_pipeline.py", "test_feedback_pages.py"),
+    }
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadfile`` (``make test``), except that the files that read the
-    book's pages in a browser (``book_visits.FILES``) go to one worker together:
-    they share each page's visit there, instead of loading every page once per
-    file. The files are handed out in the order of the collection (the longest
-    first, :func:`pytest_collection_modifyitems`), not by their number of tests."""
+    """``--dist loadfile`` (``make test``), except that the files of each group of
+    :func:`scheduled_together` go to one worker together, where they share their
+    session fixtures (under pytest-xdist each worker sets up its own) instead of
+    paying for them once per file. The files are handed out in the order of the
+    collection (the longest first, :func:`pytest_collection_modifyitems`), not by
+    their number of tests."""
     if config.getvalue("dist") != "loadfile":
         return None
     config.option.loadscopereorder = False
-    from book_visits import FILES
     from xdist.scheduler import LoadFileScheduling
+
+    together = {
+        name: group for group, names in scheduled_together().items() for name in names
+    }
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
-            return "the book in a browser" if Path(scope).name in FILES else scope
+            return together.get(Path(scope).name, scope)
 
     return Scheduling(config, log)
 
@@ -240,6 +258,77 @@ def grading_options(course, **options):
     with contextlib.suppress(CourseError):
         options.setdefault("launcher", grading_launcher(course)[0])
     return AutogradeOptions(**options)
+
+
+# The assignments of the course: every folder of solutions/ with a notebook.
+GRADED_ASSIGNMENTS = sorted(
+    p.name
+    for p in (ROOT / "solutions").glob("*")
+    if p.is_dir() and any(p.glob("*.ipynb"))
+)
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory):
+    """A scratch course with every assignment of ``solutions/``, released and graded
+    for two students: ``perfect`` (the reference answers) and ``untouched`` (the
+    release as is); ``(course, {assignment: [(student, status, reason)]})``.
+
+    Used by ``tests/test_pipeline.py`` (the grades) and ``tests/test_feedback_pages.py``
+    (the feedback pages of ``perfect``), which run in one worker
+    (:func:`scheduled_together`), so the class is graded once per run: grading every
+    assignment costs about 25 s of CPU."""
+    from course_lib.grading.collect import collect
+    from course_lib.grading.release import release
+    from course_lib.grading.synthetic import (
+        scratch_course,
+        solution_answers,
+        student_notebook,
+        write_submission,
+    )
+
+    tmp = tmp_path_factory.mktemp("pipeline")
+    course = scratch_course(tmp / "course", ROOT)
+    release(course, "all")
+    for assignment in GRADED_ASSIGNMENTS:
+        inbox = tmp / "inbox" / assignment
+        src = course.source_dir / assignment / f"{assignment}.ipynb"
+        rel = course.release_dir / assignment / f"{assignment}.ipynb"
+        write_submission(
+            inbox, "perfect", assignment, student_notebook(rel, solution_answers(src))
+        )
+        write_submission(inbox, "untouched", assignment, student_notebook(rel))
+        report = collect(course, inbox, assignment)
+        assert not report.not_placed, report.not_placed
+    # graded with the launcher `course autograde` uses: the sandbox, whose kernels
+    # start warm (forked from a template that imported torch once per assignment:
+    # a third less time than 22 cold kernels); where bubblewrap is missing (the
+    # sandbox has tests of its own), kernels under resource limits
+    script = textwrap.dedent(f"""
+        import json, sys
+        from course_lib.grading.autograde import AutogradeOptions, autograde
+        from course_lib.grading.course import Course
+        from course_lib.grading.errors import CourseError
+        from course_lib.grading.kernels.sandbox import grading_launcher
+        from course_lib.grading.kernels.start import RlimitLauncher
+        course = Course({str(course.root)!r})
+        out = {{}}
+        for a in {GRADED_ASSIGNMENTS!r}:
+            try:
+                launcher = grading_launcher(course)[0]
+            except CourseError:
+                launcher = RlimitLauncher()
+            options = AutogradeOptions(jobs=2, progress=False, launcher=launcher)
+            s = autograde(course, a, options)
+            out[a] = [(o.student, o.status, o.reason) for o in s.outcomes]
+        print(json.dumps(out))
+    """)
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=1800
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    outcomes = json.loads(run.stdout.strip().splitlines()[-1])
+    return course, outcomes
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@ from the file alone in Chromium with the network off, shows its math typeset by
 MathJax and every markdown cell rendered, with no markup or ``$`` left as text.
 
 One scratch course holds every assignment of ``solutions/``; a student hands in the
-reference answers of each (collected, graded by ``course autograde`` and given
-feedback by ``course feedback`` once, for the module).
+reference answers of each (collected and graded once for this file and
+``tests/test_pipeline.py``: conftest.graded_class), and ``course feedback`` writes
+the pages.
 """
 
 from __future__ import annotations
@@ -13,14 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import course_cli, course_cli_sequence
-
-from course_lib.grading.synthetic import (
-    scratch_course,
-    solution_answers,
-    student_notebook,
-    write_submission,
-)
+from conftest import course_cli_sequence
 
 pytestmark = pytest.mark.slow
 
@@ -33,33 +27,19 @@ STUDENT = "perfect"
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("feedback-pages")
-    course = scratch_course(tmp / "course", ROOT)
-    out = course_cli("release", "all", cwd=course.root)
-    assert out.returncode == 0, out.stderr
-    steps = []
-    found = {}
-    for a in ASSIGNMENTS:
-        src = course.source_dir / a / f"{a}.ipynb"
-        rel = course.release_dir / a / f"{a}.ipynb"
-        inbox = tmp / "inbox" / a
-        write_submission(
-            inbox, STUDENT, a, student_notebook(rel, solution_answers(src))
-        )
-        steps += [
-            (course.root, ("collect", str(inbox), "--assignment", a)),
-            (course.root, ("autograde", a, "--jobs", "2", "--no-progress")),
-            (course.root, ("feedback", a)),
-        ]
-        found[a] = course.feedback_dir / STUDENT / a / f"{a}.html"
-    # the commands one after another, as a user runs them, in one process (the
-    # grading tool imported once, not 33 times)
-    done = course_cli_sequence(steps, tmp)
+def pages(graded_class, tmp_path_factory) -> dict[str, Path]:
+    """``course feedback`` for every assignment of the class that
+    ``tests/test_pipeline.py`` grades (conftest.graded_class: released, collected
+    and autograded once for both files), one command after another as a user runs
+    them, in one process (the grading tool imported once, not 11 times); the page of
+    the student who handed in the reference answers, per assignment."""
+    course, _ = graded_class
+    steps = [(course.root, ("feedback", a)) for a in ASSIGNMENTS]
+    done = course_cli_sequence(steps, tmp_path_factory.mktemp("feedback-pages"))
     for got in done:
         assert got.returncode == 0, (got.args, got.stdout[-2000:], got.stderr[-3000:])
     assert [tuple(got.args[1:]) for got in done] == [args for _, args in steps]
-    return found
+    return {a: course.feedback_dir / STUDENT / a / f"{a}.html" for a in ASSIGNMENTS}
 
 
 def _visit(browser, page_file: Path) -> dict:

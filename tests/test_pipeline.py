@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -96,60 +93,11 @@ def _code_lines(nb) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
+def pipeline(graded_class):
     """A scratch course with every assignment, released and graded for two students:
-    ``perfect`` (the reference answers) and ``untouched`` (the release as is)."""
-    from course_lib.grading.collect import collect
-    from course_lib.grading.release import release
-    from course_lib.grading.synthetic import (
-        scratch_course,
-        solution_answers,
-        student_notebook,
-        write_submission,
-    )
-
-    tmp = tmp_path_factory.mktemp("pipeline")
-    course = scratch_course(tmp / "course", ROOT)
-    release(course, "all")
-    for assignment in ASSIGNMENTS:
-        inbox = tmp / "inbox" / assignment
-        src = course.source_dir / assignment / f"{assignment}.ipynb"
-        rel = course.release_dir / assignment / f"{assignment}.ipynb"
-        write_submission(
-            inbox, "perfect", assignment, student_notebook(rel, solution_answers(src))
-        )
-        write_submission(inbox, "untouched", assignment, student_notebook(rel))
-        report = collect(course, inbox, assignment)
-        assert not report.not_placed, report.not_placed
-    # graded with the launcher `course autograde` uses: the sandbox, whose kernels
-    # start warm (forked from a template that imported torch once per assignment:
-    # a third less time than 22 cold kernels); where bubblewrap is missing (the
-    # sandbox has tests of its own), kernels under resource limits
-    script = textwrap.dedent(f"""
-        import json, sys
-        from course_lib.grading.autograde import AutogradeOptions, autograde
-        from course_lib.grading.course import Course
-        from course_lib.grading.errors import CourseError
-        from course_lib.grading.kernels.sandbox import grading_launcher
-        from course_lib.grading.kernels.start import RlimitLauncher
-        course = Course({str(course.root)!r})
-        out = {{}}
-        for a in {ASSIGNMENTS!r}:
-            try:
-                launcher = grading_launcher(course)[0]
-            except CourseError:
-                launcher = RlimitLauncher()
-            options = AutogradeOptions(jobs=2, progress=False, launcher=launcher)
-            s = autograde(course, a, options)
-            out[a] = [(o.student, o.status, o.reason) for o in s.outcomes]
-        print(json.dumps(out))
-    """)
-    run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=1800
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    outcomes = json.loads(run.stdout.strip().splitlines()[-1])
-    return course, outcomes
+    ``perfect`` (the reference answers) and ``untouched`` (the release as is);
+    shared with ``tests/test_feedback_pages.py`` (conftest.graded_class)."""
+    return graded_class
 
 
 def _cells(nb) -> list[tuple]:
