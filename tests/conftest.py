@@ -55,6 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # as the run begins: about three minutes on a fresh clone); the browser tests come
 # after the files that need nothing, so that no more than one worker waits for it.
 LONGEST_FIRST = (
+    # the student's venv (about 30), then, once the book is built, 25 notebooks in it
+    "test_student_wheel.py",
     "test_class_notebooks_run.py",  # 150-250: the book build, then 25 notebooks
     "test_hub.py",  # 100-135
     "test_cluster.py",  # about 120
@@ -64,7 +66,6 @@ LONGEST_FIRST = (
     "test_pipeline.py",  # with test_feedback_pages.py: about 120
     "test_feedback_pages.py",
     "test_accessibility.py",  # the browser tests, once the book is built
-    "test_student_wheel.py",  # about 45
     "test_release_feedback.py",  # about 40
 )
 
@@ -93,6 +94,11 @@ def scheduled_together() -> dict[str, tuple[str, ...]]:
         "the book in a browser": FILES,
         # they share the class graded in every assignment (graded_class)
         "every assignment graded": ("test_pipeline.py", "test_feedback_pages.py"),
+        # they share the student's venv (student_venv)
+        "the student's environment": (
+            "test_student_wheel.py",
+            "test_class_notebooks_run.py",
+        ),
     }
 
 
@@ -329,6 +335,26 @@ def graded_class(tmp_path_factory):
     assert run.returncode == 0, run.stderr[-4000:]
     outcomes = json.loads(run.stdout.strip().splitlines()[-1])
     return course, outcomes
+
+
+@pytest.fixture(scope="session")
+def student_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (no system site-packages) as a student's machine has it: CPU
+    torch, the student wheel and its requirements, installed as the guide's hub
+    recipe installs them, and the kernel a notebook server gives (``ipykernel``).
+
+    ``tests/test_student_wheel.py`` probes it; ``tests/test_class_notebooks_run.py``
+    installs the published wheel (the same package with the chapters' stored
+    outputs) over this one and runs the notebooks in it. The two files run in one
+    worker (:func:`scheduled_together`), the wheel's tests first, while the book
+    builds: torch is installed once (a venv with torch costs about 15 s of CPU)."""
+    from test_student_wheel import make_student_venv
+
+    from course_lib.grading.editions.library import build_student_wheel
+
+    tmp = tmp_path_factory.mktemp("student-env")
+    wheel = build_student_wheel(tmp / "dist")
+    return make_student_venv(wheel, tmp, extra=("ipykernel",))
 
 
 @pytest.fixture

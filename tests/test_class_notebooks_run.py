@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from test_student_wheel import _NOT_A_STUDENTS, make_student_venv
+from test_student_wheel import _NOT_A_STUDENTS
 
 from course_lib.grading.editions import library as edition
 from course_lib.grading.editions.launch import chapter_notebook_path
@@ -126,10 +126,22 @@ def stored(built_book: Path) -> tuple[dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def venv_and_kernel(stored, tmp_path_factory: pytest.TempPathFactory):
+def venv_and_kernel(stored, student_venv, tmp_path_factory: pytest.TempPathFactory):
+    """The student's venv (conftest.student_venv: torch, the student wheel's
+    requirements, ipykernel) with the published wheel, the one that holds the
+    stored outputs of this run's chapters, installed over its plain one; and a
+    kernel spec that starts its Python."""
     tmp = tmp_path_factory.mktemp("class-run")
     wheel = edition.build_student_wheel(tmp / "dist", chapter_outputs=stored[1])
-    venv = make_student_venv(wheel, tmp, extra=("ipykernel",))
+    venv = student_venv
+    install = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        + ["--no-compile", "--no-deps", "--force-reinstall", str(wheel)],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
     spec = tmp / "jupyter" / "kernels" / "student"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(

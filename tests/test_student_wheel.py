@@ -232,16 +232,9 @@ def _notebooks(tmp: Path) -> tuple[Path, Path, str]:
     return solved, stub, setup[0]
 
 
-@pytest.fixture(scope="module")
-def student_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (no system site-packages) with the student wheel, installed as
-    the guide's hub recipe installs it, and its requirements."""
-    return make_student_venv(wheel, tmp_path_factory.mktemp("student-env"))
-
-
 def make_student_venv(wheel: Path, tmp: Path, extra: tuple[str, ...] = ()) -> Path:
     """``tmp/venv``: a fresh venv with CPU torch, ``wheel`` and its requirements,
-    and the packages ``extra`` (tests/test_class_notebooks_run.py adds the kernel a
+    and the packages ``extra`` (conftest.student_venv adds the kernel a
     notebook server gives, as Colab or a hub has it)."""
     venv = tmp / "venv"
     assert _run([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
