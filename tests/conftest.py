@@ -92,7 +92,7 @@ def scheduled_together() -> dict[str, tuple[str, ...]]:
     return {
         # they share each page's visit in a browser (book_visits)
         "the book in a browser": FILES,
-        # they share the class graded in every assignment (graded_class)
+        # they share the class graded in every assignment (every_assignment_graded)
         "every assignment graded": ("test_pipeline.py", "test_feedback_pages.py"),
         # they share the student's venv (student_venv)
         "the student's environment": (
@@ -275,7 +275,7 @@ GRADED_ASSIGNMENTS = sorted(
 
 
 @pytest.fixture(scope="session")
-def graded_class(tmp_path_factory):
+def every_assignment_graded(tmp_path_factory):
     """A scratch course with every assignment of ``solutions/``, released and graded
     for two students: ``perfect`` (the reference answers) and ``untouched`` (the
     release as is); ``(course, {assignment: [(student, status, reason)]})``.

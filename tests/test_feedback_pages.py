@@ -4,8 +4,8 @@ MathJax and every markdown cell rendered, with no markup or ``$`` left as text.
 
 One scratch course holds every assignment of ``solutions/``; a student hands in the
 reference answers of each (collected and graded once for this file and
-``tests/test_pipeline.py``: conftest.graded_class), and ``course feedback`` writes
-the pages.
+``tests/test_pipeline.py``: conftest.every_assignment_graded), and
+``course feedback`` writes the pages.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ STUDENT = "perfect"
 
 
 @pytest.fixture(scope="module")
-def pages(graded_class, tmp_path_factory) -> dict[str, Path]:
+def pages(every_assignment_graded, tmp_path_factory) -> dict[str, Path]:
     """``course feedback`` for every assignment of the class that
-    ``tests/test_pipeline.py`` grades (conftest.graded_class: released, collected
-    and autograded once for both files), one command after another as a user runs
-    them, in one process (the grading tool imported once, not 11 times); the page of
-    the student who handed in the reference answers, per assignment."""
-    course, _ = graded_class
+    ``tests/test_pipeline.py`` grades (conftest.every_assignment_graded: released,
+    collected and autograded once for both files), one command after another as a
+    user runs them, in one process (the grading tool imported once, not 11 times);
+    the page of the student who handed in the reference answers, per assignment."""
+    course, _ = every_assignment_graded
     steps = [(course.root, ("feedback", a)) for a in ASSIGNMENTS]
     done = course_cli_sequence(steps, tmp_path_factory.mktemp("feedback-pages"))
     for got in done:

@@ -93,11 +93,11 @@ def _code_lines(nb) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(graded_class):
+def pipeline(every_assignment_graded):
     """A scratch course with every assignment, released and graded for two students:
     ``perfect`` (the reference answers) and ``untouched`` (the release as is);
-    shared with ``tests/test_feedback_pages.py`` (conftest.graded_class)."""
-    return graded_class
+    shared with ``tests/test_feedback_pages.py`` (conftest.every_assignment_graded)."""
+    return every_assignment_graded
 
 
 def _cells(nb) -> list[tuple]:
