@@ -93,8 +93,10 @@ book: setup
 # cores a third worker cut a fresh-clone run from 716 s to 648 s (a fourth did not
 # help: 505 s against 477 s with three, later). Each test file runs in one worker
 # (its module fixtures are set up once), the files with slow tests first; the
-# built book is shared, and so are the pages the browser tests load (one worker
-# runs those files; tests/conftest.py). PYTEST_JOBS=0 runs them all in this process.
+# built book is shared, and the files that share a costly fixture (the pages the
+# browser tests load, the class graded in every assignment, the student's venv) run
+# in one worker (tests/conftest.py, scheduled_together). The processes the tests
+# start use one thread each. PYTEST_JOBS=0 runs them all in this process.
 PYTEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST_PARALLEL = -n $(PYTEST_JOBS) --dist loadfile
 
