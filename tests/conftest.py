@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.request
@@ -266,14 +265,6 @@ def grading_options(course, **options):
     return AutogradeOptions(**options)
 
 
-# The assignments of the course: every folder of solutions/ with a notebook.
-GRADED_ASSIGNMENTS = sorted(
-    p.name
-    for p in (ROOT / "solutions").glob("*")
-    if p.is_dir() and any(p.glob("*.ipynb"))
-)
-
-
 @pytest.fixture(scope="session")
 def every_assignment_graded(tmp_path_factory):
     """A scratch course with every assignment of ``solutions/``, released and graded
@@ -284,6 +275,7 @@ def every_assignment_graded(tmp_path_factory):
     (the feedback pages of ``perfect``), which run in one worker
     (:func:`scheduled_together`), so the class is graded once per run: grading every
     assignment costs about 25 s of CPU."""
+    from course_lib.grading.autograde import autograde
     from course_lib.grading.collect import collect
     from course_lib.grading.release import release
     from course_lib.grading.synthetic import (
@@ -296,7 +288,7 @@ def every_assignment_graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipeline")
     course = scratch_course(tmp / "course", ROOT)
     release(course, "all")
-    for assignment in GRADED_ASSIGNMENTS:
+    for assignment in course.source_assignments():
         inbox = tmp / "inbox" / assignment
         src = course.source_dir / assignment / f"{assignment}.ipynb"
         rel = course.release_dir / assignment / f"{assignment}.ipynb"
@@ -306,34 +298,12 @@ def every_assignment_graded(tmp_path_factory):
         write_submission(inbox, "untouched", assignment, student_notebook(rel))
         report = collect(course, inbox, assignment)
         assert not report.not_placed, report.not_placed
-    # graded with the launcher `course autograde` uses: the sandbox, whose kernels
-    # start warm (forked from a template that imported torch once per assignment:
-    # a third less time than 22 cold kernels); where bubblewrap is missing (the
-    # sandbox has tests of its own), kernels under resource limits
-    script = textwrap.dedent(f"""
-        import json, sys
-        from course_lib.grading.autograde import AutogradeOptions, autograde
-        from course_lib.grading.course import Course
-        from course_lib.grading.errors import CourseError
-        from course_lib.grading.kernels.sandbox import grading_launcher
-        from course_lib.grading.kernels.start import RlimitLauncher
-        course = Course({str(course.root)!r})
-        out = {{}}
-        for a in {GRADED_ASSIGNMENTS!r}:
-            try:
-                launcher = grading_launcher(course)[0]
-            except CourseError:
-                launcher = RlimitLauncher()
-            options = AutogradeOptions(jobs=2, progress=False, launcher=launcher)
-            s = autograde(course, a, options)
-            out[a] = [(o.student, o.status, o.reason) for o in s.outcomes]
-        print(json.dumps(out))
-    """)
-    run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=1800
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    outcomes = json.loads(run.stdout.strip().splitlines()[-1])
+    # graded with the launcher `course autograde` uses (grading_options)
+    outcomes = {}
+    for assignment in course.source_assignments():
+        options = grading_options(course, jobs=2, progress=False)
+        done = autograde(course, assignment, options)
+        outcomes[assignment] = [(o.student, o.status, o.reason) for o in done.outcomes]
     return course, outcomes
 
 
