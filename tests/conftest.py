@@ -369,6 +369,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     idle on the lock for the minute and a half the build takes."""
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
+    if session.config.option.collectonly:  # nothing runs: no build left behind
+        return
     if not any("built_book" in getattr(i, "fixturenames", ()) for i in session.items):
         return
     base = _book_base(session.config._tmp_path_factory)  # the fixture's factory
