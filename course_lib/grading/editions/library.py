@@ -336,17 +336,29 @@ def _prune_private(files: dict[Path, str]) -> dict[Path, str]:
     """Remove private top-level definitions (``_name``) that nothing refers to any
     more: no other statement of their module, and no other module importing them or
     reading them as an attribute. Repeated until none is left (one removal can
-    orphan another)."""
+    orphan another). Each round parses again only the modules the round before
+    changed (parsing every module each round was most of the cost of writing the
+    student edition)."""
+    parsed: dict[Path, tuple[str, list, set[str]]] = {}
+
+    def analysed(path: Path) -> tuple[str, list, set[str]]:
+        """``path``'s text, its top-level statements each with the names it uses,
+        and the names it imports from other modules, for its text as it is now."""
+        text = files[path]
+        if path not in parsed or parsed[path][0] != text:
+            tree = ast.parse(text)
+            uses = [(stmt, _used_names(stmt)) for stmt in tree.body]
+            parsed[path] = (text, uses, _imported_names(tree))
+        return parsed[path]
+
     while True:
-        trees = {path: ast.parse(text) for path, text in files.items()}
-        imported = {path: _imported_names(tree) for path, tree in trees.items()}
+        modules = {path: analysed(path) for path in files}
         removed = False
-        for path, tree in trees.items():
+        for path, (_text, uses, _imports) in modules.items():
             elsewhere: set[str] = set()
-            for other, names in imported.items():
+            for other, (_, _, names) in modules.items():
                 if other != path:
                     elsewhere |= names
-            uses = [(stmt, _used_names(stmt)) for stmt in tree.body]
             count: Counter[str] = Counter()
             for _stmt, used in uses:
                 count.update(used)
@@ -670,16 +682,14 @@ def plan_hidden_graders(term=None) -> tuple[dict[str, dict[str, list]], set[str]
     """``({dtype: {plan key: planned calls}}, checks modules that cannot be planned)``:
     every hidden grader run in this process on its reference under a recording
     session, for the float32 and the float64 default dtype. The key is the grader's
-    name; with a ``term`` (:class:`course_lib.grading.editions.term.Term`), a grader that takes
-    the term's values is planned for them too, on the chosen variant's reference,
+    name; with a ``term`` (:class:`course_lib.grading.editions.term.Term`), a
+    grader that takes the term's values is planned for them too, on the chosen
+    variant's reference,
     under :func:`course_lib.checks._core.plan_key`. A grader that uses the
     student's function other than through ``call_student`` makes its module
     unplannable: its assignment keeps the full library in the grading kernel. (No
     grader does: ex10's training run asks for the student's bias through
     ``call_student`` too.)"""
-    import contextlib
-    import io
-
     import torch
 
     from course_lib.checks import _record
@@ -802,7 +812,8 @@ def write_grading_edition(
     returned (named like their checks module; none today) have a hidden
     grader that uses the student's function directly, which no replay can judge:
     their kernels keep the full library. ``term`` (a
-    :class:`course_lib.grading.editions.term.Term`) adds the plans of its variants and seed."""
+    :class:`course_lib.grading.editions.term.Term`) adds the plans of its variants
+    and seed."""
     import compileall
 
     import torch
