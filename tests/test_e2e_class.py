@@ -126,8 +126,10 @@ def _build_class(course_root: Path, inbox: Path) -> dict[str, dict]:
             {"cells": SLOPES_OK, "message": "NameError"},
         ),
         # an infinite loop before the bias is defined: one cell timeout, then on
+        # (it sleeps: the limit is wall time, and a spinning `while True: pass` is
+        # graded by tests/test_time_limits.py, through benchmarks/bench_timeouts.py)
         "loop": (
-            nb(bias_src="while True:\n    pass\n\n" + bias),
+            nb(bias_src="import time\nwhile True:\n    time.sleep(0.05)\n\n" + bias),
             {"cells": SLOPES_OK, "message": "NameError"},
         ),
         # a loop that ignores the interrupt: nbgrader gives up on the notebook

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 A = "ex05_alibi"
 # A loop that never returns. It sleeps rather than spins: the limit is wall time, so
 # it costs the same wait, without a core busy for the whole limit beside the other
-# tests (tests/test_e2e_class.py grades a spinning `while True: pass`).
+# tests (tests/test_time_limits.py grades a spinning `while True: pass`, through
+# benchmarks/bench_timeouts.py).
 LOOP = (
     "def alibi_bias(n_heads, seq_len):\n"
     "    import time\n"
