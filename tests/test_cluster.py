@@ -5,10 +5,12 @@ A scheduler and two workers run as separate processes (``dask scheduler``,
 worker in its own working folder; the course folder is never shown to them. Twelve
 ex05_alibi submissions of the synthetic class of ``tests/test_e2e_class.py`` (right,
 wrong, hostile, ungradable) are graded on the cluster and by the local ``--jobs 2``
-run; every score, cell grade, status, reason and failure must agree. Then the faults:
-a worker killed by its PID mid-run, an unreachable scheduler, an interrupted client,
-a worker with other code; and the PostgreSQL gradebook of ``tests/test_postgres.py``
-(4 submissions and a killed worker, to keep the cost down).
+run; every score, cell grade, status, reason and failure must agree. Then the faults,
+each on part of that class (8, 6 or 4 of the 12, every kind of submission among
+them, to keep the cost down) and each compared with the local run: a worker killed by
+its PID mid-run, an unreachable scheduler, an interrupted client, a lost scheduler, a
+worker with other code; and the PostgreSQL gradebook of ``tests/test_postgres.py``
+(4 submissions and a killed worker).
 
 Run with ``-s`` to see the transcript of the fault tests.
 """
@@ -53,6 +55,18 @@ STUDENTS = (
     "uses_reference",
 )
 PG_STUDENTS = ("correct", "partial", "exit", "not_json")
+# the faults below need a class, not all twelve: right, wrong, repaired, hostile and
+# ungradable, each graded the same as in the local run of all twelve
+FAULT_STUDENTS = (
+    "correct",
+    "partial",
+    "syntax_error",
+    "exit",
+    "hog_torch",
+    "deleted_tests",
+    "not_json",
+    "uses_reference",
+)
 LIMITS = ("--cell-timeout", "15", "--timeout", "45", "--memory", "2G")
 
 
@@ -211,6 +225,22 @@ def _table(stdout: str) -> list[str]:
     return [ln for ln in lines[start + 1 :] if not ln.startswith("kernels: ")]
 
 
+def _rows(table: list[str], students) -> list[str]:
+    """``table`` (:func:`_table`) with only the rows of ``students``: its header,
+    and each of their rows with the lines under it."""
+    rows, keep = table[:1], False
+    for line in table[1:]:
+        if line[2:3] != " ":  # a student's row; the lines under it are indented
+            keep = line.split()[0] in students
+        if keep:
+            rows.append(line)
+    return rows
+
+
+def _only(students) -> list[str]:
+    return [arg for student in students for arg in ("--student", student)]
+
+
 @pytest.fixture(scope="module")
 def local_run(released, tmp_path_factory):
     root = _copy(released, tmp_path_factory.mktemp("local") / "course")
@@ -334,10 +364,11 @@ def test_a_worker_killed_mid_run(released, cluster, local_run, tmp_path):
     root = _copy(released, tmp_path / "course")
     cluster.ensure()
     mark = _start_holding_worker(cluster, "w3")
-    _log(f"grading {len(STUDENTS)} submissions on {cluster.address}, workers w1 w2 w3")
+    students = FAULT_STUDENTS
+    _log(f"grading {len(students)} submissions on {cluster.address}, workers w1 w2 w3")
     run = subprocess.Popen(
         [sys.executable, "-m", "course_lib.cli", "autograde", A, "--no-progress"]
-        + ["--cluster", cluster.address, *LIMITS],
+        + ["--cluster", cluster.address, *LIMITS, *_only(students)],
         cwd=root,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -349,10 +380,11 @@ def test_a_worker_killed_mid_run(released, cluster, local_run, tmp_path):
     for line in stdout.splitlines():
         _log(f"  | {line}")
     assert run.returncode == 0, stderr[-3000:]
-    results = _graded_once(root, local_run[0], STUDENTS)
+    results = _graded_once(root, local_run[0], students)
     # retried on another worker, graded as locally
     _log(f"{held} (held by the killed worker): {results[held][:4]}")
-    assert _table(stdout) == local_run[1]  # each student listed once, as locally
+    # each student listed once, as locally
+    assert _table(stdout) == _rows(local_run[1], students)
 
 
 def test_unreachable_scheduler_one_line_and_nothing_written(released, tmp_path):
@@ -430,19 +462,19 @@ def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
 ):
     root = _copy(released, tmp_path / "course")
     cluster.ensure()
-    n = 4
+    n, students = 4, FAULT_STUDENTS
     run = _course_signalling(
         n, 0, signal.SIGINT, "autograde", A, "--no-progress",
-        "--cluster", cluster.address, *LIMITS, cwd=root,
+        "--cluster", cluster.address, *LIMITS, *_only(students), cwd=root,
     )  # fmt: skip
     stdout, stderr = run.communicate(timeout=120)
     _log(f"Ctrl-C: exit {run.returncode}, stderr tail {stderr.strip()[-200:]!r}")
     assert run.returncode == 130, stdout[-3000:] + stderr[-3000:]
     assert "course autograde: interrupted" in stderr
     kept = _results(root)
-    _log(f"kept after the interrupt: {len(kept)} of {len(STUDENTS)}")
+    _log(f"kept after the interrupt: {len(kept)} of {len(students)}")
     # the n merged from the cluster, and those found ungradable before any was sent
-    assert n <= len(kept) < len(STUDENTS)
+    assert n <= len(kept) < len(students)
     for student, row in kept.items():
         assert row[:6] == local_run[0][student][:6], student
     # no task of the interrupted run is left on the cluster
@@ -451,18 +483,19 @@ def test_interrupted_client_keeps_results_and_rerun_grades_the_rest(
         time.sleep(0.2)
     assert not any(cluster.client.processing().values())
     rerun = _course(
-        "autograde", A, "--cluster", cluster.address, "--no-progress", *LIMITS, cwd=root
-    )
+        "autograde", A, "--cluster", cluster.address, "--no-progress", *LIMITS,
+        *_only(students), cwd=root,
+    )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     _log(f"re-run: {rerun.stdout.splitlines()[0]}")
     assert f"{len(kept)} unchanged since the last run" in rerun.stdout
-    graded = len(STUDENTS) - len(kept)
+    graded = len(students) - len(kept)
     first = rerun.stdout.splitlines()[0]
     done = sum(
         int(first.split(f" {w}")[0].rsplit(" ", 1)[1]) for w in ("graded", "ungradable")
     )
     assert done == graded, first
-    _graded_once(root, local_run[0], STUDENTS)
+    _graded_once(root, local_run[0], students)
 
 
 def test_a_worker_with_other_code_refuses(released, cluster, tmp_path, monkeypatch):
