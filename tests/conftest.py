@@ -308,7 +308,21 @@ def every_assignment_graded(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def student_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def student_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The student wheel of this checkout (``build_student_wheel``, as ``course
+    publish`` builds it), written into a relative folder, as ``course publish OUT``
+    may pass one: tests/test_student_wheel.py reads it, :func:`student_venv`
+    installs it."""
+    from course_lib.grading.editions.library import build_student_wheel
+
+    dist = Path(os.path.relpath(tmp_path_factory.mktemp("dist")))
+    wheel = build_student_wheel(dist)
+    assert wheel.parent == dist.resolve() and wheel.is_file()
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def student_venv(student_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (no system site-packages) as a student's machine has it: CPU
     torch, the student wheel and its requirements, installed as the guide's hub
     recipe installs them, and the kernel a notebook server gives (``ipykernel``).
@@ -320,11 +334,8 @@ def student_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builds: torch is installed once (a venv with torch costs about 15 s of CPU)."""
     from test_student_wheel import make_student_venv
 
-    from course_lib.grading.editions.library import build_student_wheel
-
     tmp = tmp_path_factory.mktemp("student-env")
-    wheel = build_student_wheel(tmp / "dist")
-    return make_student_venv(wheel, tmp, extra=("ipykernel",))
+    return make_student_venv(student_wheel, tmp, extra=("ipykernel",))
 
 
 @pytest.fixture

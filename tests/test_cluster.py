@@ -571,7 +571,7 @@ def test_lost_scheduler_keeps_what_was_merged(released, local_run, tmp_path):
         run = _course_signalling(
             1, own.scheduler.pid, signal.SIGKILL, "autograde", A, "--no-progress",
             "--cluster", own.address, *LIMITS,
-            *[arg for s in students for arg in ("--student", s)], cwd=root,
+            *_only(students), cwd=root,
         )  # fmt: skip
         stdout, stderr = run.communicate(timeout=180)
         _log(f"lost scheduler: exit {run.returncode}, stderr {stderr!r}")

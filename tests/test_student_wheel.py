@@ -65,15 +65,6 @@ INSTRUCTOR_MODULES = (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # a relative folder, as `course publish OUT` may pass one
-    dist = Path(os.path.relpath(tmp_path_factory.mktemp("dist")))
-    wheel = edition.build_student_wheel(dist)
-    assert wheel.parent == dist.resolve() and wheel.is_file()
-    return wheel
-
-
 def _sources(wheel: Path) -> dict[str, str]:
     with zipfile.ZipFile(wheel) as z:
         return {n: z.read(n).decode() for n in z.namelist() if n.endswith(".py")}
@@ -131,9 +122,9 @@ def _hidden_literals() -> set[str]:
     return out
 
 
-def test_wheel_holds_the_student_edition_only(wheel: Path) -> None:
-    sources = _sources(wheel)
-    with zipfile.ZipFile(wheel) as z:
+def test_wheel_holds_the_student_edition_only(student_wheel: Path) -> None:
+    sources = _sources(student_wheel)
+    with zipfile.ZipFile(student_wheel) as z:
         names = z.namelist()
     # every data file the package needs ships (the stored public values, the lab's
     # and the language-model experiment's results that chapters 10 and 12 read)
@@ -474,7 +465,7 @@ def test_students_cannot_reach_graders_or_references(
         assert len(body) == 1 and isinstance(body[0], ast.Raise), (name, source)
 
 
-def test_the_guide_installs_this_wheel_for_students(wheel: Path) -> None:
+def test_the_guide_installs_this_wheel_for_students(student_wheel: Path) -> None:
     """The guide's hub recipe ("Large classes", step 1) installs, in the students'
     environment, the wheel these tests install, and nothing of the full course; the
     full course is installed only where the instructor grades."""
@@ -489,8 +480,9 @@ def test_the_guide_installs_this_wheel_for_students(wheel: Path) -> None:
         if ln.strip().startswith("pip install")
     ]
     wheels = [w for args in installs for w in args if w.endswith(".whl")]
-    assert [Path(w).name for w in wheels] == [wheel.name]
-    assert wheels[0].endswith(f"dist/{wheel.name}")  # what course publish writes
+    assert [Path(w).name for w in wheels] == [student_wheel.name]
+    # the folder course publish writes
+    assert wheels[0].endswith(f"dist/{student_wheel.name}")
     everything = " ".join(" ".join(args) for args in installs)
     assert "-e" not in everything.split() and "[grading]" not in everything
     assert "'.[grading]'" in grader  # the full course, where grading happens

@@ -684,8 +684,8 @@ def plan_hidden_graders(term=None) -> tuple[dict[str, dict[str, list]], set[str]
     session, for the float32 and the float64 default dtype. The key is the grader's
     name; with a ``term`` (:class:`course_lib.grading.editions.term.Term`), a
     grader that takes the term's values is planned for them too, on the chosen
-    variant's reference,
-    under :func:`course_lib.checks._core.plan_key`. A grader that uses the
+    variant's reference, under :func:`course_lib.checks._core.plan_key`. A grader
+    that uses the
     student's function other than through ``call_student`` makes its module
     unplannable: its assignment keeps the full library in the grading kernel. (No
     grader does: ex10's training run asks for the student's bias through
